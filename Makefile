@@ -1,0 +1,63 @@
+# Async-fork: build, boot and test a patched Linux 6.12 LTS kernel.
+#
+#   make setup         install what the project needs (apt, pip into .venv)
+#   make kernel-debug  build the debug guest kernel (correctness runs)
+#   make kernel-lean   build the lean guest kernel (benchmarks, demo)
+#   make test          build the debug kernel and the tests, boot, run them
+#   make baseline      run the upstream mm selftests and rewrite their baseline
+#   make vm CMD='...'  boot the debug kernel and run one command in it
+#
+# Everything generated lands in $(BUILD) (ignored by git).
+
+KERNEL_TARBALL ?= /usr/src/linux-source-6.12.tar.xz
+BUILD          ?= build
+PYTHON         := .venv/bin/python
+PYTEST_ARGS    ?=
+
+KSRC := $(BUILD)/linux
+
+.PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
+	test baseline vm clean distclean help
+
+all: help
+
+help:
+	@sed -n '2,12s/^# \{0,1\}//p' Makefile
+
+setup:
+	@scripts/setup.sh
+
+source:
+	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
+
+kernel-lean kernel-debug: kernel-%: source
+	@scripts/build-kernel.sh $* $(BUILD)
+
+# The project's own kselftest programs, built against the prepared tree.
+selftests: source
+	@$(MAKE) -s -C tests/selftests KSRC=$(abspath $(KSRC)) OUT=$(abspath $(BUILD))/selftests
+
+# Upstream mm selftests from the prepared tree (they need its uapi headers).
+upstream-selftests: source
+	@scripts/build-upstream-selftests.sh $(BUILD)
+
+test: kernel-debug selftests upstream-selftests
+	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+baseline: kernel-debug upstream-selftests
+	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
+
+vm: kernel-debug
+	@$(PYTHON) scripts/vm.py --kernel $(BUILD)/debug -- $(CMD)
+
+.DEFAULT:
+	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
+
+clean:
+	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/selftests $(BUILD)/results
+
+dist.DEFAULT:
+	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
+
+clean:
+	rm -rf $(BUILD) .venv

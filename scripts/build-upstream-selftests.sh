@@ -1,0 +1,26 @@
+#!/bin/bash
+# Build the upstream mm selftests of the prepared tree against its own uapi
+# headers, into BUILD_DIR/upstream-mm.  Only the programs the project runs.
+#
+# Usage: build-upstream-selftests.sh BUILD_DIR
+set -euo pipefail
+
+die() { echo "build-upstream-selftests: $*" >&2; exit 1; }
+
+[ $# -eq 1 ] || die "usage: build-upstream-selftests.sh BUILD_DIR"
+build=$(cd "$1" && pwd)
+src=$build/linux
+out=$build/upstream-mm
+[ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
+
+# The programs of tests/upstream_mm.list (first word of each line).
+top=$(cd "$(dirname "$0")/.." && pwd)
+mapfile -t progs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$top/tests/upstream_mm.list" |
+		     awk '{ print $1 }' | sort -u)
+
+make -s -C "$src" O="$build/headers" headers >/dev/null
+mkdir -p "$out"
+make -s -C "$src/tools/testing/selftests/mm" \
+	OUTPUT="$out" KHDR_INCLUDES="-isystem $build/headers/usr/include" \
+	-j"$(nproc)" "${progs[@]/#/$out/}"
+echo "build-upstream-selftests: ${#progs[@]} programs in $out"

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Boot a built guest kernel under virtme-ng, run one command, judge the log.
+
+This is the whole boot layer of the harness: a thin wrapper over `vng --run`
+that adds what a test runner needs and vng does not give:
+
+  * KVM when /dev/kvm is usable, TCG otherwise;
+  * a hard timeout: a hung guest is killed and reported, never waited on;
+  * the serial console (the kernel log, including a panic) saved to a file;
+  * a scan of that log for kernel reports (WARN, BUG, oops, lockdep, KASAN,
+    KFENCE, page_table_check...): any report fails the run.
+
+Used as a module by the tests and the benchmarks, and as a command:
+
+    scripts/vm.py --kernel build/debug [--memory 4G] [--cpus 2] -- CMD...
+"""
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+
+# Lines that start a kernel report.  Each one fails a run, whatever the
+# command inside the guest printed.
+REPORT_PATTERNS = [
+    r"WARNING: CPU: \d+ PID: \d+ at ",
+    r"------------\[ cut here \]------------",
+    r"kernel BUG at ",
+    r"BUG: ",
+    r"Oops: ",
+    r"general protection fault",
+    r"Kernel panic - not syncing",
+    r"WARNING: possible (circular|recursive) locking",
+    r"WARNING: .*lock.* (held|detected)",
+    r"INFO: possible irq lock inversion",
+    r"INFO: inconsistent lock state",
+    r"INFO: task .* blocked for more than",
+    r"watchdog: BUG: soft lockup",
+    r"rcu: INFO: rcu_.* detected stalls",
+    r"KASAN: ",
+    r"KFENCE: ",
+    r"UBSAN: ",
+    r"page_table_check",
+    r"Bad page (state|map)",
+    r"Bad rss-counter",
+    r"Out of memory: Killed process",
+]
+REPORT_RE = re.compile("|".join(f"(?:{p})" for p in REPORT_PATTERNS))
+# Benign lines that contain a pattern above.
+REPORT_ALLOW = [
+    re.compile(r"page_table_check: (enabled|disabled)"),
+    re.compile(r"KFENCE: initialized"),
+    re.compile(r"\bkfence\b.*initialized", re.I),
+]
+TIMESTAMP_RE = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+
+
+class VMError(Exception):
+    """Bad input to the harness: a one-line message that says what to do."""
+
+
+@dataclass
+class VMResult:
+    returncode: int | None  # exit code of the guest command; None if killed
+    timed_out: bool
+    elapsed: float
+    console: str  # serial console: kernel log and the command's output
+    log_path: Path
+    reports: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.returncode == 0 and not self.reports
+
+    def describe(self) -> str:
+        """A failure message with the evidence: what failed and an excerpt."""
+        parts = []
+        if self.timed_out:
+            parts.append(f"guest killed after {self.elapsed:.0f} s timeout; "
+                         f"console tail:\n{tail(self.console, 40)}")
+        elif self.returncode != 0:
+            parts.append(f"guest command exited {self.returncode}; "
+                         f"console tail:\n{tail(self.console, 40)}")
+        for r in self.reports:
+            parts.append("kernel report:\n" + r)
+        parts.append(f"full console log: {self.log_path}")
+        return "\n\n".join(parts)
+
+
+def tail(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def kernel_reports(log: str, context: int = 40) -> list[str]:
+    """Excerpts of every kernel report in a kernel log, one per report."""
+    lines = [TIMESTAMP_RE.sub("", l) for l in log.splitlines()]
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if REPORT_RE.search(line) and not any(a.search(line) for a in REPORT_ALLOW):
+            out.append("\n".join(lines[i:i + context]))
+            i += context
+        else:
+            i += 1
+    return out
+
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMGT]?)", s.strip().upper())
+    if not m:
+        raise VMError(f"memory size '{s}' is not a size like 4G or 2048M")
+    return int(m.group(1)) << {"": 20, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
+
+
+def host_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) << 10
+    raise VMError("cannot read MemAvailable from /proc/meminfo")
+
+
+def kvm_usable() -> bool:
+    return os.access("/dev/kvm", os.R_OK | os.W_OK)
+
+
+def find_image(kernel: Path) -> Path:
+    kernel = Path(kernel)
+    img = kernel / "arch/x86/boot/bzImage" if kernel.is_dir() else kernel
+    if not img.is_file():
+        raise VMError(f"no kernel image at {img}: build it first "
+                      f"(make kernel-debug or make kernel-lean)")
+    return img
+
+
+def kernel_release(kernel: Path) -> str:
+    f = Path(kernel) / "kernelrelease"
+    return f.read_text().strip() if f.is_file() else "unknown"
+
+
+def vng_binary() -> str:
+    venv = TOP / ".venv/bin/vng"
+    if venv.exists():
+        return str(venv)
+    found = shutil.which("vng")
+    if not found:
+        raise VMError("virtme-ng (vng) not found: run 'make setup'")
+    return found
+
+
+def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
+        timeout: float = 600, numa_nodes: int = 1, rwdirs=(), append=(),
+        log_path: Path | None = None, echo: bool = False) -> VMResult:
+    """Boot `kernel` (an image or a build folder), run `command`, stop.
+
+    The command runs as root with the host's root filesystem visible
+    read-only (writes go to a throw-away overlay), except for `rwdirs`.
+    """
+    image = find_image(kernel)
+    mem = parse_size(memory)
+    avail = host_available()
+    if mem > avail:
+        raise VMError(f"guest memory {memory} is larger than the host's "
+                      f"available {avail >> 30} GiB: pass a smaller memory size")
+    if cpus < 1:
+        raise VMError(f"cpus must be at least 1, not {cpus}")
+    args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
+            "--cpus", str(cpus), "--verbose", "--user", "root"]
+    if not kvm_usable():
+        args.append("--disable-kvm")
+    if numa_nodes > 1:
+        per = mem // numa_nodes >> 20
+        if per * numa_nodes != mem >> 20:
+            raise VMError(f"memory {memory} does not divide into {numa_nodes} NUMA nodes")
+        for n in range(numa_nodes):
+            first = n * cpus // numa_nodes
+            last = max(first, (n + 1) * cpus // numa_nodes - 1)
+            args += ["--numa", f"{per}M,cpus={first}-{last}"]
+    for d in rwdirs:
+        args += ["--rwdir", str(d)]
+    for a in append:
+        args += ["--append", a]
+    args += ["--exec", command]
+
+    if log_path is None:
+        fd, name = tempfile.mkstemp(prefix="vm-", suffix=".log")
+        os.close(fd)
+        log_path = Path(name)
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    start = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        # vng wants a terminal-less stdin; its own process group so that a
+        # timeout kills QEMU and everything vng started.
+        p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             cwd=TOP)
+        deadline = start + timeout
+        os.set_blocking(p.stdout.fileno(), False)
+        while True:
+            chunk = p.stdout.read()
+            if chunk:
+                log.write(chunk)
+                log.flush()
+                if echo:
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+            if p.poll() is not None and not chunk:
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                break
+            time.sleep(0.05)
+    elapsed = time.monotonic() - start
+    console = log_path.read_text(errors="replace")
+    rc = None if timed_out else p.returncode
+    return VMResult(rc, timed_out, elapsed, console, log_path, kernel_reports(console))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", default=str(TOP / "build/debug"),
+                    help="kernel build folder or image (default: build/debug)")
+    ap.add_argument("--memory", default="2G")
+    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--numa", type=int, default=1, metavar="NODES")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--rwdir", action="append", default=[])
+    ap.add_argument("--log", help="save the console log here")
+    ap.add_argument("command", nargs="+")
+    a = ap.parse_args(argv)
+    try:
+        r = run(a.kernel, shlex.join(a.command) if len(a.command) > 1 else a.command[0],
+                memory=a.memory, cpus=a.cpus, timeout=a.timeout, numa_nodes=a.numa,
+                rwdirs=a.rwdir, log_path=a.log, echo=True)
+    except VMError as e:
+        print(f"vm: {e}", file=sys.stderr)
+        return 2
+    if not r.ok:
+        print("\nvm: " + r.describe(), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

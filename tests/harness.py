@@ -1,0 +1,198 @@
+"""Run test programs in one guest boot and judge them on the host.
+
+A suite is a list of programs (name, timeout, command).  They run one after
+the other inside a single boot (tests/guest/run-suite.sh); each leaves its
+KTAP output, exit code and the kernel log it caused in a results folder that
+the guest shares with the host.  This module parses those files; the pytest
+files decide what passes.
+"""
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(TOP / "scripts"))
+
+import vm  # noqa: E402
+
+KTAP_RE = re.compile(
+    r"^(?P<status>ok|not ok) (?P<num>\d+)(?: -)?\s*(?P<desc>.*?)"
+    r"(?:\s*#\s*(?P<directive>SKIP|XFAIL|XPASS|TODO)\b\s*(?P<reason>.*))?\s*$")
+
+
+@dataclass
+class Case:
+    name: str
+    status: str  # pass, fail, skip, xfail
+
+    def __str__(self):
+        return f"{self.status}: {self.name}"
+
+
+def parse_ktap(text: str) -> list[Case]:
+    """Top-level test results of KTAP/TAP output, in order.
+
+    A case is named by its description; a skip with an empty description
+    ("ok 3 # SKIP reason") is named by its reason.  Repeated names get a
+    " [n]" suffix so that every case has a stable, unique name.
+    """
+    cases, seen = [], {}
+    for line in text.splitlines():
+        m = KTAP_RE.match(line)
+        if not m:
+            continue
+        d = m.group("directive")
+        name = m.group("desc") or (m.group("reason") or "").strip() or f"#{m.group('num')}"
+        if m.group("status") == "not ok":
+            status = "xfail" if d == "XFAIL" else "fail"
+        else:
+            status = {"SKIP": "skip", "XFAIL": "xfail"}.get(d, "pass")
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            name = f"{name} [{seen[name]}]"
+        cases.append(Case(name, status))
+    return cases
+
+
+@dataclass
+class Program:
+    name: str
+    timeout: int
+    command: str
+
+
+@dataclass
+class ProgramResult:
+    program: Program
+    ran: bool
+    rc: int | None = None
+    output: str = ""
+    dmesg: str = ""
+    elapsed: float = 0.0
+    cases: list[Case] = field(default_factory=list)
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc == 124
+
+    @property
+    def reports(self) -> list[str]:
+        return vm.kernel_reports(self.dmesg)
+
+    def failed_cases(self) -> list[Case]:
+        return [c for c in self.cases if c.status == "fail"]
+
+
+@dataclass
+class SuiteRun:
+    results: dict[str, ProgramResult]
+    vm: vm.VMResult
+    outdir: Path
+    kernelrelease: str
+    boot_dmesg: str
+
+    def problems(self, name: str) -> list[str]:
+        """Why program `name` failed, with evidence; empty if it passed.
+
+        Failure means: it did not run or did not finish, it exited non-zero,
+        a KTAP case failed, or the kernel reported a problem while it ran.
+        """
+        r = self.results[name]
+        if not r.ran:
+            return [f"{name} did not run: the guest stopped before it "
+                    f"(timed out: {self.vm.timed_out}).\n{self.vm.describe()}"]
+        out = []
+        if r.timed_out:
+            out.append(f"{name} timed out after {r.program.timeout} s")
+        elif r.rc != 0:
+            out.append(f"{name} exited {r.rc}")
+        for c in r.failed_cases():
+            out.append(f"case failed: {c.name}")
+        if not r.cases:
+            out.append(f"{name} reported no KTAP results")
+        for rep in r.reports:
+            out.append(f"kernel report while {name} ran:\n{rep}")
+        if out:
+            out.append(f"output tail:\n{vm.tail(r.output, 30)}")
+        return out
+
+
+def read_programs(listfile: Path, bindir: Path, timeout: int) -> list[Program]:
+    """Programs of a list file: `NAME [ARGS...]`, run from `bindir`."""
+    progs, seen = [], {}
+    for line in listfile.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        words = shlex.split(line)
+        base = words[0]
+        seen[base] = seen.get(base, 0) + 1
+        name = base if seen[base] == 1 else f"{base}-{seen[base]}"
+        progs.append(Program(name, timeout, shlex.join([str(bindir / base)] + words[1:])))
+    return progs
+
+
+def git_describe() -> str:
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=TOP,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
+              memory="4G", cpus=2, numa_nodes=2, boot_timeout=180,
+              sysctls: dict[str, str] | None = None) -> SuiteRun:
+    """Boot `kernel` once and run `programs` in it, in order."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    for f in outdir.iterdir():
+        f.unlink()
+    suite = outdir / "suite"
+    lines = []
+    for k, v in (sysctls or {}).items():
+        lines.append(f"sysctl-{k} 30 sysctl -w {shlex.quote(f'{k}={v}')}")
+    lines += [f"{p.name} {p.timeout} {p.command}" for p in programs]
+    suite.write_text("\n".join(lines) + "\n")
+    cmd = f"{TOP}/tests/guest/run-suite.sh {outdir} {suite}"
+    # The guest is killed if the programs together overrun their timeouts.
+    timeout = boot_timeout + sum(p.timeout + 15 for p in programs)
+    start = time.time()
+    res = vm.run(kernel, cmd, memory=memory, cpus=cpus, numa_nodes=numa_nodes,
+                 timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log")
+    results = {}
+    for p in programs:
+        rc_file = outdir / f"{p.name}.rc"
+        if not rc_file.exists():
+            results[p.name] = ProgramResult(p, ran=False)
+            continue
+        t = (outdir / f"{p.name}.time").read_text().split()
+        output = (outdir / f"{p.name}.out").read_text(errors="replace")
+        results[p.name] = ProgramResult(
+            p, True, int(rc_file.read_text()), output,
+            (outdir / f"{p.name}.dmesg").read_text(errors="replace"),
+            float(t[1]) - float(t[0]), parse_ktap(output))
+    release_file = outdir / "kernelrelease"
+    release = release_file.read_text().strip() if release_file.exists() else "unknown"
+    boot = outdir / "boot.dmesg"
+    run = SuiteRun(results, res, outdir, release,
+                   boot.read_text(errors="replace") if boot.exists() else "")
+    summary = {
+        "kernelrelease": release,
+        "project": git_describe(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+        "guest": {"memory": memory, "cpus": cpus, "numa_nodes": numa_nodes,
+                  "kvm": vm.kvm_usable(), "elapsed_s": round(res.elapsed, 1),
+                  "timed_out": res.timed_out},
+        "programs": {n: {"ran": r.ran, "rc": r.rc, "elapsed_s": round(r.elapsed, 1),
+                         "cases": {c.name: c.status for c in r.cases},
+                         "kernel_reports": len(r.reports) if r.ran else None}
+                     for n, r in results.items()},
+    }
+    (outdir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return run

@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fork_snapshot: the child of fork() holds an exact point-in-time copy of
+ * its parent's memory.  After fork, each side overwrites the whole region;
+ * the other side must still see, byte for byte, what was there at fork.
+ *
+ * One fixture, one variant per kind of memory: 4 KiB anonymous pages,
+ * PMD-mapped THP, PTE-mapped THP, a private file mapping partly COWed.
+ * The same tests later guard Async-fork, where the child copies the page
+ * tables after fork() has returned in the parent.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+
+#define SZ_2M		(2UL << 20)
+#define REGION_SIZE	(32UL << 20)
+
+enum backing {
+	ANON_4K,
+	ANON_THP,
+	ANON_THP_PTE_MAPPED,
+	FILE_PRIVATE,
+};
+
+/* Pattern of seed @seed at 8-byte word @i: differs per word and per seed. */
+static inline uint64_t pattern(uint64_t seed, uint64_t i)
+{
+	uint64_t x = (seed << 40) ^ i ^ 0x9e3779b97f4a7c15ULL;
+
+	x ^= x >> 31;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	return x ^ (x >> 29);
+}
+
+static void fill(void *mem, size_t size, uint64_t seed)
+{
+	uint64_t *w = mem;
+
+	for (size_t i = 0; i < size / 8; i++)
+		w[i] = pattern(seed, i);
+}
+
+/* Offset of the first byte that is not pattern @seed, or -1. */
+static long mismatch(const void *mem, size_t size, uint64_t seed)
+{
+	const uint64_t *w = mem;
+
+	for (size_t i = 0; i < size / 8; i++)
+		if (w[i] != pattern(seed, i))
+			return i * 8;
+	return -1;
+}
+
+/* AnonHugePages of the mapping that starts at @addr, in KiB, or -1. */
+static long anon_huge_kb(void *addr)
+{
+	char line[256];
+	long kb = -1;
+	int in = 0;
+	FILE *f = fopen("/proc/self/smaps", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long start, end;
+
+		if (sscanf(line, "%lx-%lx ", &start, &end) == 2)
+			in = start == (unsigned long)addr;
+		else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	return kb;
+}
+
+static char *map_aligned(size_t size, int prot, int flags, int fd)
+{
+	char *p = mmap(NULL, size + SZ_2M, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *a;
+
+	if (p == MAP_FAILED)
+		return MAP_FAILED;
+	a = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
+	if (mmap(a, size, prot, flags | MAP_FIXED, fd, 0) == MAP_FAILED)
+		return MAP_FAILED;
+	/* Trim the alignment slack so that the region is a VMA of its own. */
+	if (a > p)
+		munmap(p, a - p);
+	munmap(a + size, p + size + SZ_2M - (a + size));
+	return a;
+}
+
+FIXTURE(snapshot) {
+	char *mem;
+	size_t size;
+};
+
+FIXTURE_VARIANT(snapshot) {
+	enum backing backing;
+};
+
+FIXTURE_VARIANT_ADD(snapshot, anon_4k) {
+	.backing = ANON_4K,
+};
+
+FIXTURE_VARIANT_ADD(snapshot, anon_thp) {
+	.backing = ANON_THP,
+};
+
+FIXTURE_VARIANT_ADD(snapshot, anon_thp_pte_mapped) {
+	.backing = ANON_THP_PTE_MAPPED,
+};
+
+FIXTURE_VARIANT_ADD(snapshot, file_private) {
+	.backing = FILE_PRIVATE,
+};
+
+FIXTURE_SETUP(snapshot)
+{
+	int prot = PROT_READ | PROT_WRITE;
+	size_t off;
+
+	self->size = REGION_SIZE;
+	switch (variant->backing) {
+	case ANON_4K:
+	case ANON_THP:
+	case ANON_THP_PTE_MAPPED:
+		self->mem = map_aligned(self->size, prot,
+					MAP_PRIVATE | MAP_ANONYMOUS, -1);
+		ASSERT_NE(self->mem, MAP_FAILED);
+		ASSERT_EQ(madvise(self->mem, self->size,
+				  variant->backing == ANON_4K ?
+				  MADV_NOHUGEPAGE : MADV_HUGEPAGE), 0);
+		fill(self->mem, self->size, 1);
+		break;
+	case FILE_PRIVATE: {
+		char path[] = "/tmp/fork_snapshot.XXXXXX";
+		int fd = mkstemp(path);
+		char *w;
+
+		ASSERT_GE(fd, 0);
+		unlink(path);
+		ASSERT_EQ(ftruncate(fd, self->size), 0);
+		w = mmap(NULL, self->size, prot, MAP_SHARED, fd, 0);
+		ASSERT_NE(w, MAP_FAILED);
+		fill(w, self->size, 1);
+		munmap(w, self->size);
+		self->mem = map_aligned(self->size, prot, MAP_PRIVATE, fd);
+		close(fd);
+		ASSERT_NE(self->mem, MAP_FAILED);
+		/* Read every page, COW every other one: both kinds of PTE. */
+		for (off = 0; off < self->size; off += 4096) {
+			volatile char *c = self->mem + off;
+
+			if ((off / 4096) & 1)
+				*c = *c;
+			else
+				(void)*c;
+		}
+		break;
+	}
+	}
+
+	if (variant->backing == ANON_THP || variant->backing == ANON_THP_PTE_MAPPED) {
+		if (anon_huge_kb(self->mem) <= 0)
+			SKIP(return, "no THP: transparent hugepages unavailable");
+	}
+	if (variant->backing == ANON_THP_PTE_MAPPED) {
+		/* Changing the protection of one page splits each PMD mapping. */
+		for (off = 0; off < self->size; off += SZ_2M) {
+			ASSERT_EQ(mprotect(self->mem + off, 4096, PROT_READ), 0);
+			ASSERT_EQ(mprotect(self->mem + off, 4096, prot), 0);
+		}
+		ASSERT_EQ(anon_huge_kb(self->mem), 0);
+	}
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+}
+
+FIXTURE_TEARDOWN(snapshot)
+{
+	if (self->mem && self->mem != MAP_FAILED)
+		munmap(self->mem, self->size);
+}
+
+/*
+ * Fork; @writer overwrites the region with @seed, then tells the other side
+ * (through a pipe) to check it still holds the pre-fork contents.
+ */
+static void run_pair(struct __test_metadata *_metadata, char *mem, size_t size,
+		     bool parent_writes)
+{
+	int go[2], status;
+	char c = 'g';
+	long bad;
+	pid_t pid;
+
+	ASSERT_EQ(pipe(go), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		if (parent_writes) {
+			if (read(go[0], &c, 1) != 1)
+				_exit(2);
+			bad = mismatch(mem, size, 1);
+			if (bad >= 0)
+				fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n", bad);
+			_exit(bad >= 0);
+		}
+		fill(mem, size, 3);
+		bad = mismatch(mem, size, 3);
+		if (write(go[1], &c, 1) != 1)
+			_exit(2);
+		_exit(bad >= 0 ? 3 : 0);
+	}
+	if (parent_writes) {
+		fill(mem, size, 2);
+		ASSERT_EQ(write(go[1], &c, 1), 1);
+	} else {
+		ASSERT_EQ(read(go[0], &c, 1), 1);
+	}
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(WEXITSTATUS(status), 0);
+	/* The parent sees its own writes, and never the child's. */
+	ASSERT_EQ(mismatch(mem, size, parent_writes ? 2 : 1), -1);
+	close(go[0]);
+	close(go[1]);
+}
+
+TEST_F(snapshot, child_sees_prefork_contents)
+{
+	run_pair(_metadata, self->mem, self->size, true);
+}
+
+TEST_F(snapshot, parent_keeps_its_contents)
+{
+	run_pair(_metadata, self->mem, self->size, false);
+}
+
+TEST_F(snapshot, repeated_forks)
+{
+	/* Several snapshots in a row, each after the parent changed memory. */
+	for (int i = 0; i < 3; i++) {
+		run_pair(_metadata, self->mem, self->size, true);
+		fill(self->mem, self->size, 1);
+	}
+}
+
+TEST_HARNESS_MAIN

@@ -1,0 +1,112 @@
+"""The harness itself: bad input is refused clearly, a kernel report or a hung
+guest fails a run.  A harness that cannot fail proves nothing."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import harness
+import vm
+from conftest import BUILD, TOP
+
+
+def sh(*args, env=None, **kw):
+    return subprocess.run(args, cwd=TOP, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300, **kw)
+
+
+def one_line_error(p):
+    err = p.stderr.strip()
+    assert p.returncode != 0
+    assert err and "Traceback" not in err, err
+    return err
+
+
+def test_unknown_make_target():
+    err = one_line_error(sh("make", "no-such-target"))
+    assert "unknown target 'no-such-target'" in err and "make help" in err
+
+
+def test_missing_source_package(tmp_path):
+    p = sh("make", "source", f"KERNEL_TARBALL={tmp_path}/missing.tar.xz", f"BUILD={tmp_path}")
+    err = one_line_error(p)
+    assert "not found" in err and "make setup" in err
+
+
+def test_guest_memory_larger_than_host():
+    p = sh(sys.executable, "scripts/vm.py", "--memory", "64T", "--", "true")
+    err = one_line_error(p)
+    assert p.returncode == 2 and "larger than the host" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_bad_memory_size():
+    with pytest.raises(vm.VMError, match="not a size"):
+        vm.run(BUILD / "debug", "true", memory="lots")
+
+
+def test_missing_kernel_image(tmp_path):
+    with pytest.raises(vm.VMError, match="make kernel-debug"):
+        vm.run(tmp_path, "true")
+
+
+def test_patch_that_does_not_apply(tmp_path):
+    """A series whose patch does not apply stops before the tree is touched."""
+    pristine = BUILD / "pristine"
+    if not (BUILD / "pristine.done").exists():
+        pytest.skip("source not unpacked yet: run make source")
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "pristine").symlink_to(pristine)
+    (build / "pristine.done").touch()
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "series").write_text("0001-bad.patch\n")
+    (patches / "0001-bad.patch").write_text(
+        "--- a/Makefile\n+++ b/Makefile\n@@ -1,2 +1,2 @@\n"
+        "-this line is not in the kernel Makefile\n+nor is this one\n context\n")
+    p = sh("scripts/prepare-source.sh", "/usr/src/linux-source-6.12.tar.xz", str(build),
+           env={"ASYNC_FORK_PATCHES": str(patches)})
+    assert p.returncode != 0
+    assert "patch 0001-bad.patch does not apply" in p.stderr, p.stderr
+    assert not (build / "linux").exists()
+
+
+def test_ktap_parser():
+    cases = harness.parse_ktap(
+        "TAP version 13\n1..4\nok 1 first\nnot ok 2 second\n"
+        "ok 3 # SKIP no hugetlb\nok 4 first\n# Totals: pass:2 fail:1\n")
+    assert [(c.name, c.status) for c in cases] == [
+        ("first", "pass"), ("second", "fail"), ("no hugetlb", "skip"), ("first [2]", "pass")]
+
+
+def test_report_scanner_ignores_benign_lines():
+    assert vm.kernel_reports("[    0.1] page_table_check: enabled\n[ 0.2] KFENCE: initialized") == []
+    rep = vm.kernel_reports("[ 1.0] ------------[ cut here ]------------\n"
+                            "[ 1.0] WARNING: CPU: 0 PID: 1 at mm/memory.c:1 f+0x1/0x2\n")
+    assert len(rep) == 1 and "mm/memory.c" in rep[0]
+
+
+@pytest.mark.guest
+def test_injected_warn_fails_the_program(kernel, tmp_path):
+    """LKDTM's WARNING crash point runs WARN_ON() in the guest kernel: the
+    program that triggered it must be judged failed, with the excerpt."""
+    prog = harness.Program("inject_warn", 60,
+                           "echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT && "
+                           "echo 'ok 1 wrote WARNING to LKDTM'")
+    run = harness.run_suite(kernel, [prog], tmp_path / "results", memory="1G", numa_nodes=1)
+    problems = run.problems("inject_warn")
+    assert run.results["inject_warn"].rc == 0  # the program itself "passed"...
+    assert any("kernel report" in p and "WARNING" in p and "lkdtm" in p.lower()
+               for p in problems), problems  # ...and the run still fails
+
+
+@pytest.mark.guest
+def test_hung_guest_is_killed(kernel, tmp_path):
+    r = vm.run(kernel, "sleep 3600", memory="1G", timeout=90,
+               log_path=tmp_path / "console.log")
+    assert r.timed_out and r.returncode is None and not r.ok
+    assert r.elapsed < 120
+    assert "timeout" in r.describe()

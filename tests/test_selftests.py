@@ -1,0 +1,28 @@
+"""The project's own kselftest programs (tests/selftests), in the suite boot."""
+
+import pytest
+
+from conftest import OWN_PROGRAMS
+
+
+def test_guest_runs_patched_kernel(guest):
+    # 6.12 LTS from Debian's source, with this project's series applied
+    # (kernel/files/localversion-asyncfork adds the suffix).
+    assert guest.kernelrelease.startswith("6.12."), guest.kernelrelease
+    assert "-asyncfork" in guest.kernelrelease, guest.kernelrelease
+
+
+def test_boot_log_clean(guest):
+    reports = guest.vm.reports or []
+    assert not reports, "kernel reports in the console log:\n\n" + "\n\n".join(reports)
+
+
+@pytest.mark.parametrize("name", [p.name for p in OWN_PROGRAMS])
+def test_own_program(guest, name):
+    problems = guest.problems(name)
+    assert not problems, "\n".join(problems)
+    r = guest.results[name]
+    # Every variant must really run on the test kernel: a skipped THP
+    # variant would leave that path untested while the run looks green.
+    skipped = [c.name for c in r.cases if c.status == "skip"]
+    assert not skipped, f"cases skipped on the test kernel: {skipped}"

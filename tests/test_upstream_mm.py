@@ -1,0 +1,62 @@
+"""Upstream mm selftests of the 6.12 tree, in the suite boot, against a baseline.
+
+tests/baseline/upstream-mm.txt lists every case of every program with the
+status it had on the kernel without Async-fork ("make baseline" rewrites it).
+A case that passed there must pass here; a case that did not pass there
+(a test that needs hardware or settings the guest lacks) is reported only.
+"""
+
+import time
+
+import pytest
+
+from conftest import TOP, upstream_programs
+
+BASELINE = TOP / "tests/baseline/upstream-mm.txt"
+_recorded: dict[str, list] = {}
+
+
+def load_baseline() -> dict[str, dict[str, str]]:
+    base: dict[str, dict[str, str]] = {}
+    for line in BASELINE.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        prog, status, case = line.split("\t", 2)
+        base.setdefault(prog, {})[case] = status
+    return base
+
+
+@pytest.mark.parametrize("name", [p.name for p in upstream_programs()])
+def test_upstream_mm(guest, name, request):
+    r = guest.results[name]
+    assert r.ran, "\n".join(guest.problems(name))
+    assert not r.timed_out, f"{name} timed out:\n" + "\n".join(guest.problems(name))
+    assert not r.reports, "\n\n".join(f"kernel report while {name} ran:\n{x}" for x in r.reports)
+    assert r.cases, f"{name} reported no KTAP results:\n{r.output[-3000:]}"
+    if request.config.getoption("--write-baseline"):
+        _recorded[name] = r.cases
+        _recorded["kernelrelease"] = guest.kernelrelease
+        return
+    base = load_baseline().get(name)
+    assert base, f"{name} has no baseline: run 'make baseline' on the unpatched kernel"
+    now = {c.name: c.status for c in r.cases}
+    lost = [c for c, st in base.items() if st == "pass" and now.get(c) != "pass"]
+    assert not lost, (f"{name}: {len(lost)} baseline cases no longer pass:\n" +
+                      "\n".join(f"  {c}: {now.get(c, 'missing')}" for c in lost) +
+                      f"\noutput tail:\n{r.output[-3000:]}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _write_baseline(request):
+    yield
+    if not request.config.getoption("--write-baseline") or not _recorded:
+        return
+    lines = ["# Upstream mm selftest results on the kernel without Async-fork.",
+             f"# kernel {_recorded['kernelrelease']}, recorded {time.strftime('%Y-%m-%d')} by 'make baseline'",
+             "# (debug config, guest with 2 CPUs, 4G in 2 NUMA nodes, TCG when no KVM).",
+             "# program<TAB>status<TAB>case; a 'pass' case must keep passing."]
+    for p in upstream_programs():
+        for c in _recorded.get(p.name, []):
+            lines.append(f"{p.name}\t{c.status}\t{c.name}")
+    BASELINE.parent.mkdir(exist_ok=True)
+    BASELINE.write_text("\n".join(lines) + "\n")
