@@ -4,6 +4,7 @@
 #   make kernel-debug  build the debug guest kernel (correctness runs)
 #   make kernel-lean   build the lean guest kernel (benchmarks, demo)
 #   make test          build the debug kernel and the tests, boot, run them
+#   make demo          build the lean kernel, boot it, show what fork() costs
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make vm CMD='...'  boot the debug kernel and run one command in it
 #
@@ -17,12 +18,12 @@ PYTEST_ARGS    ?=
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
-	test baseline vm clean distclean help
+	test baseline demo bench-programs vm clean distclean help
 
 all: help
 
 help:
-	@sed -n '2,12s/^# \{0,1\}//p' Makefile
+	@sed -n '2,13s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh
@@ -41,6 +42,12 @@ selftests: source
 upstream-selftests: source
 	@scripts/build-upstream-selftests.sh $(BUILD)
 
+bench-programs:
+	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/bench
+
+demo: kernel-lean bench-programs
+	@$(PYTHON) bench/demo.py $(DEMO_ARGS)
+
 test: kernel-debug selftests upstream-selftests
 	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)
 
@@ -56,8 +63,5 @@ vm: kernel-debug
 clean:
 	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/selftests $(BUILD)/results
 
-dist.DEFAULT:
-	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
-
-clean:
+distclean:
 	rm -rf $(BUILD) .venv

@@ -19,6 +19,8 @@ mapfile -t progs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$top/tests/upstrea
 		     awk '{ print $1 }' | sort -u)
 
 make -s -C "$src" O="$build/headers" headers >/dev/null
+# Re-detect optional libraries (liburing) each time, as a fresh tree would.
+rm -f "$src"/tools/testing/selftests/mm/local_config.*
 mkdir -p "$out"
 make -s -C "$src/tools/testing/selftests/mm" \
 	OUTPUT="$out" KHDR_INCLUDES="-isystem $build/headers/usr/include" \

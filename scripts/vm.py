@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,7 +132,19 @@ def host_available() -> int:
 
 
 def kvm_usable() -> bool:
-    return os.access("/dev/kvm", os.R_OK | os.W_OK)
+    """KVM only with hardware virtualization: on these machines /dev/kvm can
+    exist without vmx/svm, and a guest started on it hangs silently.
+    ASYNC_FORK_ACCEL=kvm or tcg overrides the guess."""
+    forced = os.environ.get("ASYNC_FORK_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced == "kvm"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return bool({"vmx", "svm"} & set(line.split()))
+    return False
 
 
 def find_image(kernel: Path) -> Path:
@@ -166,7 +179,6 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     The command runs as root with the host's root filesystem visible
     read-only (writes go to a throw-away overlay), except for `rwdirs`.
     """
-    image = find_image(kernel)
     mem = parse_size(memory)
     avail = host_available()
     if mem > avail:
@@ -174,14 +186,18 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
                       f"available {avail >> 30} GiB: pass a smaller memory size")
     if cpus < 1:
         raise VMError(f"cpus must be at least 1, not {cpus}")
+    image = find_image(kernel)
     args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
-            "--cpus", str(cpus), "--verbose", "--user", "root"]
+            "--cpus", str(cpus), "--verbose", "--user", "root", "--force-9p"]
     if not kvm_usable():
         args.append("--disable-kvm")
     if numa_nodes > 1:
         per = mem // numa_nodes >> 20
         if per * numa_nodes != mem >> 20:
             raise VMError(f"memory {memory} does not divide into {numa_nodes} NUMA nodes")
+        # One socket per CPU: CPUs that share a last-level cache across
+        # nodes make the guest kernel WARN about its topology at boot.
+        args += ["--qemu-opts", f"-smp {cpus},sockets={cpus},cores=1,threads=1"]
         for n in range(numa_nodes):
             first = n * cpus // numa_nodes
             last = max(first, (n + 1) * cpus // numa_nodes - 1)
@@ -199,36 +215,38 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
+    # vng runs its sibling virtme-run: put its folder first on PATH.
+    env = dict(os.environ, PATH=f"{Path(args[0]).parent}:{os.environ.get('PATH', '')}")
     start = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as log:
-        # vng wants a terminal-less stdin; its own process group so that a
-        # timeout kills QEMU and everything vng started.
+        # Its own process group, so that a timeout kills QEMU and all that
+        # vng started; a thread copies the console to the log as it comes.
         p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, start_new_session=True,
-                             cwd=TOP)
-        deadline = start + timeout
-        os.set_blocking(p.stdout.fileno(), False)
-        while True:
-            chunk = p.stdout.read()
-            if chunk:
-                log.write(chunk)
-                log.flush()
-                if echo:
-                    sys.stdout.buffer.write(chunk)
-                    sys.stdout.flush()
-            if p.poll() is not None and not chunk:
-                break
-            if time.monotonic() > deadline:
-                timed_out = True
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-                break
-            time.sleep(0.05)
+                             cwd=TOP, env=env)
+        copier = threading.Thread(target=_copy, args=(p.stdout, log, echo), daemon=True)
+        copier.start()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        copier.join(timeout=10)
     elapsed = time.monotonic() - start
     console = log_path.read_text(errors="replace")
     rc = None if timed_out else p.returncode
     return VMResult(rc, timed_out, elapsed, console, log_path, kernel_reports(console))
+
+
+def _copy(src, log, echo):
+    for chunk in iter(lambda: src.read1(65536), b""):
+        log.write(chunk)
+        log.flush()
+        if echo:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
 
 
 def main(argv=None) -> int:

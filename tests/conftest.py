@@ -25,7 +25,8 @@ def pytest_addoption(parser):
     g.addoption("--kernel", default=str(BUILD / "debug"),
                 help="kernel build folder to test (default build/debug)")
     g.addoption("--guest-memory", default="4G", help="guest memory (default 4G)")
-    g.addoption("--guest-cpus", type=int, default=2, help="guest CPUs (default 2)")
+    g.addoption("--guest-cpus", type=int, default=3,
+                help="guest CPUs (default 3: the migration test needs 2 threads besides its own)")
     g.addoption("--write-baseline", action="store_true",
                 help="record the upstream mm selftest results as the new baseline")
 

@@ -60,6 +60,46 @@ def parse_ktap(text: str) -> list[Case]:
     return cases
 
 
+KHUGEPAGED_RUN_RE = re.compile(r"^Run test: (.*)$")
+KHUGEPAGED_STATUS_RE = re.compile(r"\x1b\[3[123]m(OK|Fail|Skip)\x1b\[0m\s*$")
+
+
+def parse_khugepaged(text: str) -> list[Case]:
+    """khugepaged prints "Run test: NAME (CONTEXT:OPS)" and then steps that
+    end in a coloured OK, Fail or Skip: a case per test, failed if any step
+    failed, skipped if a step skipped and none failed."""
+    cases: list[Case] = []
+    for line in text.splitlines():
+        m = KHUGEPAGED_RUN_RE.match(line)
+        if m:
+            cases.append(Case(m.group(1).strip(), "pass"))
+            continue
+        m = KHUGEPAGED_STATUS_RE.search(line)
+        if m and cases:
+            st = {"OK": "pass", "Fail": "fail", "Skip": "skip"}[m.group(1)]
+            c = cases[-1]
+            if st == "fail" or (st == "skip" and c.status == "pass"):
+                c.status = st
+    return cases
+
+
+UFFD_RE = re.compile(r"^Testing (.+?)\.\.\. (done|skipped|failed)\b")
+
+
+def parse_uffd_unit_tests(text: str) -> list[Case]:
+    """uffd-unit-tests prints "Testing NAME on MEM... done|skipped|failed"."""
+    return [Case(m.group(1), {"done": "pass", "skipped": "skip", "failed": "fail"}[m.group(2)])
+            for m in map(UFFD_RE.match, text.splitlines()) if m]
+
+
+# Programs whose output is not KTAP.
+PARSERS = {"khugepaged": parse_khugepaged, "uffd-unit-tests": parse_uffd_unit_tests}
+
+
+def parse_output(program: str, text: str) -> list[Case]:
+    return PARSERS.get(re.sub(r"-\d+$", "", program), parse_ktap)(text)
+
+
 @dataclass
 class Program:
     name: str
@@ -176,7 +216,7 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
         results[p.name] = ProgramResult(
             p, True, int(rc_file.read_text()), output,
             (outdir / f"{p.name}.dmesg").read_text(errors="replace"),
-            float(t[1]) - float(t[0]), parse_ktap(output))
+            float(t[1]) - float(t[0]), parse_output(p.name, output))
     release_file = outdir / "kernelrelease"
     release = release_file.read_text().strip() if release_file.exists() else "unknown"
     boot = outdir / "boot.dmesg"

@@ -82,6 +82,20 @@ def test_ktap_parser():
         ("first", "pass"), ("second", "fail"), ("no hugetlb", "skip"), ("first [2]", "pass")]
 
 
+def test_non_ktap_parsers():
+    uffd = harness.parse_output("uffd-unit-tests",
+                                "Testing move on anon... done\n"
+                                "Testing wp-fork-pin on anon... skipped [reason: x]\n"
+                                "Testing poison on shmem... failed [reason: y]\n")
+    assert [(c.name, c.status) for c in uffd] == [
+        ("move on anon", "pass"), ("wp-fork-pin on anon", "skip"), ("poison on shmem", "fail")]
+    ok, fail = "\x1b[32mOK\x1b[0m", "\x1b[31mFail\x1b[0m"
+    khp = harness.parse_output("khugepaged",
+                               f"\nRun test: a (x:anon)\nstep... {ok}\n"
+                               f"\nRun test: b (x:anon)\nstep... {ok}\nstep... {fail}\n")
+    assert [(c.name, c.status) for c in khp] == [("a (x:anon)", "pass"), ("b (x:anon)", "fail")]
+
+
 def test_report_scanner_ignores_benign_lines():
     assert vm.kernel_reports("[    0.1] page_table_check: enabled\n[ 0.2] KFENCE: initialized") == []
     rep = vm.kernel_reports("[ 1.0] ------------[ cut here ]------------\n"

@@ -16,6 +16,11 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 # Reserve hugetlb pages for the tests that use them; THP on madvise.
 echo 64 > /proc/sys/vm/nr_hugepages
 echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
+# Swap on a compressed RAM disk, so that swap-out paths run.
+if [ -e /sys/block/zram0/disksize ] && ! grep -q zram0 /proc/swaps; then
+	echo 1G > /sys/block/zram0/disksize
+	mkswap /dev/zram0 > /dev/null && swapon /dev/zram0
+fi
 dmesg -c > "$out/boot.dmesg"
 
 while read -r name timeout cmd; do

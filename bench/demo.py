@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The demo: how long fork() stops a process with a large heap.
+
+Boots the lean guest kernel and runs forkbench for a range of resident
+sizes, 4 KiB pages and THP, printing the time the parent spends in fork()
+and the time until the child runs.  The guest is sized from the host's free
+memory (--memory overrides).  Results go to build/results/demo/.
+
+Async-fork is not in the kernel yet (issue 3): this shows the cost it will
+remove, measured on the kernel the project builds.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(TOP / "scripts"))
+
+import vm  # noqa: E402
+
+
+def default_memory() -> str:
+    """Half the host's available memory, at most 16 GiB, at least 2 GiB."""
+    gib = max(2, min(16, (vm.host_available() >> 30) // 2))
+    return f"{gib}G"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", default=str(TOP / "build/lean"))
+    ap.add_argument("--memory", default=None, help="guest memory (default: from host free memory)")
+    ap.add_argument("--sizes", default="256,512,1024,2048",
+                    help="resident sizes in MiB, comma-separated (default 256,512,1024,2048)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=str(TOP / "build/results/demo"))
+    a = ap.parse_args(argv)
+
+    memory = a.memory or default_memory()
+    try:
+        sizes = [int(s) for s in a.sizes.split(",")]
+        guest_mb = vm.parse_size(memory) >> 20
+    except ValueError:
+        print(f"demo: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'", file=sys.stderr)
+        return 2
+    except vm.VMError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    too_big = [s for s in sizes if s > guest_mb - 768]
+    if too_big:
+        print(f"demo: sizes {too_big} MiB do not fit a {memory} guest (it needs 768 MiB "
+              f"for itself): pass --memory larger or --sizes smaller", file=sys.stderr)
+        return 2
+    if a.repeat < 1:
+        print("demo: --repeat must be at least 1", file=sys.stderr)
+        return 2
+
+    bench = TOP / "build/bench/forkbench"
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cmds = [f"{bench} --size-mb {s} {'--thp ' if thp else ''}--repeat {a.repeat}"
+            for s in sizes for thp in (False, True)]
+    script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl" for c in cmds)
+    (out / "forkbench.jsonl").unlink(missing_ok=True)
+    print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
+          f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}; sizes {sizes} MiB", flush=True)
+    try:
+        r = vm.run(a.kernel, f"echo always > /sys/kernel/mm/transparent_hugepage/enabled && {script}",
+                   memory=memory, cpus=2, timeout=300 + 60 * sum(sizes) // 256,
+                   rwdirs=[out], log_path=out / "console.log")
+    except vm.VMError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    if not r.ok:
+        print("demo: " + r.describe(), file=sys.stderr)
+        return 1
+
+    rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]
+    print(f"\nfork() of a process with a resident anonymous heap, default fork, "
+          f"kernel {vm.kernel_release(Path(a.kernel))}, median of {a.repeat}")
+    print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'child runs ms':>14}")
+    for s in sizes:
+        for thp in (False, True):
+            sel = [x for x in rows if x["size_mb"] == s and x["thp"] == thp]
+            f = statistics.median(x["fork_us"] for x in sel) / 1e3
+            c = statistics.median(x["child_us"] for x in sel) / 1e3
+            print(f"{s:>7} MiB {'THP' if thp else '4K':>6} {f:>10.2f} {c:>14.2f}")
+    print(f"\nraw results: {out}/forkbench.jsonl")
+    if not vm.kvm_usable():
+        print("note: this guest runs under TCG emulation; compare ratios within one run, "
+              "not absolute times.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
