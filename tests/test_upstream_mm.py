@@ -9,6 +9,7 @@ A case that passed there must pass here; a case that did not pass there
 import time
 
 import pytest
+import vm
 
 from conftest import TOP, upstream_programs
 
@@ -53,7 +54,9 @@ def _write_baseline(request):
         return
     lines = ["# Upstream mm selftest results on the kernel without Async-fork.",
              f"# kernel {_recorded['kernelrelease']}, recorded {time.strftime('%Y-%m-%d')} by 'make baseline'",
-             "# (debug config, guest with 2 CPUs, 4G in 2 NUMA nodes, TCG when no KVM).",
+             f"# (debug config, guest with {request.config.getoption('--guest-cpus')} CPUs, "
+             f"{request.config.getoption('--guest-memory')} in 2 NUMA nodes, "
+             f"{'KVM' if vm.kvm_usable() else 'TCG'}).",
              "# program<TAB>status<TAB>case; a 'pass' case must keep passing."]
     for p in upstream_programs():
         for c in _recorded.get(p.name, []):
