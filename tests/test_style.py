@@ -1,0 +1,42 @@
+"""Kernel style of what the project adds to the kernel: every patch of the
+series and every new C file pass scripts/checkpatch.pl --strict."""
+
+import subprocess
+
+import pytest
+
+from conftest import BUILD, TOP
+
+CHECKPATCH = BUILD / "linux/scripts/checkpatch.pl"
+
+
+def series():
+    lines = (TOP / "kernel/patches/series").read_text().splitlines()
+    return [l.split()[0] for l in lines if l.strip() and not l.startswith("#")]
+
+
+def checkpatch(args, stdin=None):
+    if not CHECKPATCH.exists():
+        pytest.fail("build/linux is not prepared: run 'make source'")
+    return subprocess.run([str(CHECKPATCH), "--strict", "--no-tree", "--color=never", *args],
+                          input=stdin, capture_output=True, text=True, cwd=TOP)
+
+
+def test_series_lists_every_patch():
+    on_disk = sorted(p.name for p in (TOP / "kernel/patches").glob("*.patch"))
+    assert sorted(series()) == on_disk
+
+
+@pytest.mark.parametrize("patch", series())
+def test_patch_style(patch):
+    p = checkpatch(["-"], stdin=(TOP / "kernel/patches" / patch).read_text())
+    assert p.returncode == 0, p.stdout
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(TOP)) for p in
+                                        (TOP / "kernel/files").rglob("*.[ch]")) or ["(none)"])
+def test_new_file_style(path):
+    if path == "(none)":
+        pytest.skip("no new C files yet")
+    p = checkpatch(["-f", path])
+    assert p.returncode == 0, p.stdout
