@@ -206,7 +206,14 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         args += ["--rwdir", str(d)]
     for a in append:
         args += ["--append", a]
-    args += ["--exec", command]
+    # The command reaches the guest through the kernel command line, which
+    # is limited to 2 KiB: pass a script on the shared root file system.
+    script_dir = TOP / "build/vm"
+    script_dir.mkdir(parents=True, exist_ok=True)
+    fd, script = tempfile.mkstemp(prefix="cmd-", suffix=".sh", dir=script_dir)
+    with os.fdopen(fd, "w") as f:
+        f.write(command + "\n")
+    args += ["--exec", f"bash {script}"]
 
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix="vm-", suffix=".log")
@@ -235,6 +242,7 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
             p.wait()
         copier.join(timeout=10)
     elapsed = time.monotonic() - start
+    os.unlink(script)
     console = log_path.read_text(errors="replace")
     rc = None if timed_out else p.returncode
     return VMResult(rc, timed_out, elapsed, console, log_path, kernel_reports(console))
