@@ -78,6 +78,10 @@ def main(argv=None) -> int:
         return 1
 
     rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]
+    meta = {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
+            "guest_memory": memory, "guest_cpus": 2, "kvm": vm.kvm_usable(),
+            "sizes_mb": sizes, "repeat": a.repeat}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"\nfork() of a process with a resident anonymous heap, default fork, "
           f"kernel {vm.kernel_release(Path(a.kernel))}, median of {a.repeat}")
     print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'child runs ms':>14}")
@@ -87,7 +91,7 @@ def main(argv=None) -> int:
             f = statistics.median(x["fork_us"] for x in sel) / 1e3
             c = statistics.median(x["child_us"] for x in sel) / 1e3
             print(f"{s:>7} MiB {'THP' if thp else '4K':>6} {f:>10.2f} {c:>14.2f}")
-    print(f"\nraw results: {out}/forkbench.jsonl")
+    print(f"\nraw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
     if not vm.kvm_usable():
         print("note: this guest runs under TCG emulation; compare ratios within one run, "
               "not absolute times.")

@@ -161,6 +161,15 @@ def kernel_release(kernel: Path) -> str:
     return f.read_text().strip() if f.is_file() else "unknown"
 
 
+def git_describe() -> str:
+    """The project's revision, recorded with every result."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=TOP,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def vng_binary() -> str:
     venv = TOP / ".venv/bin/vng"
     if venv.exists():

@@ -82,4 +82,4 @@ def guest(request, kernel) -> harness.SuiteRun:
 def pytest_terminal_summary(terminalreporter, config):
     k = Path(config.getoption("--kernel"))
     terminalreporter.write_line(f"kernel under test: {vm.kernel_release(k)} "
-                                f"(project {harness.git_describe()})")
+                                f"(project {vm.git_describe()})")

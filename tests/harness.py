@@ -10,7 +10,6 @@ files decide what passes.
 import json
 import re
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -178,14 +177,6 @@ def read_programs(listfile: Path, bindir: Path, timeout: int) -> list[Program]:
     return progs
 
 
-def git_describe() -> str:
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=TOP,
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
               memory="4G", cpus=2, numa_nodes=2, boot_timeout=180,
               sysctls: dict[str, str] | None = None) -> SuiteRun:
@@ -224,7 +215,7 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
                    boot.read_text(errors="replace") if boot.exists() else "")
     summary = {
         "kernelrelease": release,
-        "project": git_describe(),
+        "project": vm.git_describe(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
         "guest": {"memory": memory, "cpus": cpus, "numa_nodes": numa_nodes,
                   "kvm": vm.kvm_usable(), "elapsed_s": round(res.elapsed, 1),
