@@ -6,6 +6,7 @@
 #   make test          build the debug kernel and the tests, boot, run them
 #   make demo          build the lean kernel, boot it, show what fork() costs
 #   make baseline      run the upstream mm selftests and rewrite their baseline
+#   make check-series  build the kernel with each prefix of the patch series
 #   make vm CMD='...'  boot the debug kernel and run one command in it
 #
 # Everything generated lands in $(BUILD) (ignored by git).
@@ -18,12 +19,12 @@ PYTEST_ARGS    ?=
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
-	test baseline demo bench-programs vm clean distclean help
+	test baseline check-series demo bench-programs vm clean distclean help
 
 all: help
 
 help:
-	@sed -n '2,13s/^# \{0,1\}//p' Makefile
+	@sed -n '2,14s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh
@@ -53,6 +54,9 @@ test: kernel-debug selftests upstream-selftests
 
 baseline: kernel-debug upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
+
+check-series:
+	@scripts/check-series.sh $(KERNEL_TARBALL) $(BUILD)
 
 vm: kernel-debug
 	@$(PYTHON) scripts/vm.py --kernel $(BUILD)/debug -- $(CMD)
