@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,10 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE	25	/* glibc 2.36 headers predate it */
+#endif
 
 #define SZ_2M		(2UL << 20)
 #define REGION_SIZE	(32UL << 20)
@@ -214,7 +219,8 @@ static void run_pair(struct __test_metadata *_metadata, char *mem, size_t size,
 				_exit(2);
 			bad = mismatch(mem, size, 1);
 			if (bad >= 0)
-				fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n", bad);
+				fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n",
+					bad);
 			_exit(bad >= 0);
 		}
 		fill(mem, size, 3);
@@ -255,6 +261,298 @@ TEST_F(snapshot, repeated_forks)
 		run_pair(_metadata, self->mem, self->size, true);
 		fill(self->mem, self->size, 1);
 	}
+}
+
+/*
+ * One test per way the parent can change its page tables right after fork()
+ * returns: the parent runs @op at once (while, with Async-fork, the child
+ * may still be copying), then the child compares every byte of its copy
+ * with the pre-fork contents.  @op checks what the parent must see itself.
+ */
+typedef void (*parent_op)(struct __test_metadata *_metadata,
+			  FIXTURE_DATA(snapshot) *self,
+			  const FIXTURE_VARIANT(snapshot) *variant);
+
+static void run_op(struct __test_metadata *_metadata, FIXTURE_DATA(snapshot) *self,
+		   const FIXTURE_VARIANT(snapshot) *variant, parent_op op)
+{
+	char *mem = self->mem, c = 'g';
+	size_t size = self->size;
+	int go[2], status;
+	pid_t pid;
+
+	ASSERT_EQ(pipe(go), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		long bad;
+
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		bad = mismatch(mem, size, 1);
+		if (bad >= 0)
+			fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n",
+				bad);
+		_exit(bad >= 0);
+	}
+	op(_metadata, self, variant);
+	ASSERT_EQ(write(go[1], &c, 1), 1);
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(WEXITSTATUS(status), 0);
+	close(go[0]);
+	close(go[1]);
+}
+
+#define PARENT_OP_TEST(name)						\
+	static void op_##name(struct __test_metadata *_metadata,	\
+			      FIXTURE_DATA(snapshot) *self,		\
+			      const FIXTURE_VARIANT(snapshot) *variant); \
+	TEST_F(snapshot, parent_##name)					\
+	{								\
+		run_op(_metadata, self, variant, op_##name);		\
+	}								\
+	static void op_##name(struct __test_metadata *_metadata,	\
+			      FIXTURE_DATA(snapshot) *self,		\
+			      const FIXTURE_VARIANT(snapshot) *variant)
+
+static bool is_anon(const FIXTURE_VARIANT(snapshot) *variant)
+{
+	return variant->backing != FILE_PRIVATE;
+}
+
+static long nonzero(const char *mem, size_t size)
+{
+	for (size_t i = 0; i < size; i++)
+		if (mem[i])
+			return i;
+	return -1;
+}
+
+/* After zapping, anonymous memory reads zero and a private file its file. */
+static void assert_discarded(struct __test_metadata *_metadata,
+			     FIXTURE_DATA(snapshot) *self,
+			     const FIXTURE_VARIANT(snapshot) *variant)
+{
+	if (is_anon(variant)) {
+		ASSERT_EQ(nonzero(self->mem, self->size), -1);
+	} else {
+		ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	}
+}
+
+PARENT_OP_TEST(write)
+{
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(read)
+{
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+}
+
+PARENT_OP_TEST(munmap)
+{
+	self->size /= 2;
+	ASSERT_EQ(munmap(self->mem + self->size, self->size), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+}
+
+PARENT_OP_TEST(madv_dontneed)
+{
+	ASSERT_EQ(madvise(self->mem, self->size, MADV_DONTNEED), 0);
+	assert_discarded(_metadata, self, variant);
+}
+
+PARENT_OP_TEST(madv_free)
+{
+	if (!is_anon(variant)) {
+		ASSERT_EQ(madvise(self->mem, self->size, MADV_FREE), -1);
+		ASSERT_EQ(errno, EINVAL);
+		return;
+	}
+	ASSERT_EQ(madvise(self->mem, self->size, MADV_FREE), 0);
+	/* Lazily freed: each word is either still there or zero. */
+	for (size_t i = 0; i < self->size / 8; i++) {
+		uint64_t w = ((uint64_t *)self->mem)[i];
+
+		ASSERT_TRUE(w == 0 || w == pattern(1, i));
+	}
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(madv_cold)
+{
+	ASSERT_EQ(madvise(self->mem, self->size, MADV_COLD), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+}
+
+PARENT_OP_TEST(madv_pageout)
+{
+	/* Swaps anonymous pages out (the test guest has zram swap). */
+	ASSERT_EQ(madvise(self->mem, self->size, MADV_PAGEOUT), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(madv_collapse)
+{
+	/* Collapse into THPs where possible; the contents must not change. */
+	madvise(self->mem, self->size, MADV_COLLAPSE);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(mprotect)
+{
+	size_t third = self->size / 3 & ~4095UL;
+
+	ASSERT_EQ(mprotect(self->mem, self->size, PROT_READ), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	/* Split the VMA in three, then merge it back. */
+	ASSERT_EQ(mprotect(self->mem + third, third, PROT_READ | PROT_WRITE), 0);
+	fill(self->mem + third, third, 2);
+	ASSERT_EQ(mprotect(self->mem, self->size, PROT_READ | PROT_WRITE), 0);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(mremap_move)
+{
+	char *to = map_aligned(self->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+
+	ASSERT_NE(to, MAP_FAILED);
+	ASSERT_EQ(mremap(self->mem, self->size, self->size,
+			 MREMAP_MAYMOVE | MREMAP_FIXED, to), to);
+	self->mem = to;
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(mremap_shrink)
+{
+	ASSERT_EQ(mremap(self->mem, self->size, self->size / 2, 0), self->mem);
+	self->size /= 2;
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	fill(self->mem, self->size, 2);
+}
+
+PARENT_OP_TEST(mremap_grow)
+{
+	size_t old = self->size;
+	char *p = mremap(self->mem, old, 2 * old, MREMAP_MAYMOVE);
+
+	ASSERT_NE(p, MAP_FAILED);
+	self->mem = p;
+	self->size = 2 * old;
+	ASSERT_EQ(mismatch(self->mem, old, 1), -1);
+	fill(self->mem, old, 2);
+	if (is_anon(variant)) {
+		ASSERT_EQ(nonzero(self->mem + old, old), -1);
+		fill(self->mem + old, old, 2);
+	}
+}
+
+PARENT_OP_TEST(mlock)
+{
+	ASSERT_EQ(mlock(self->mem, self->size), 0);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(munlock(self->mem, self->size), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(nested_fork)
+{
+	int status;
+	pid_t pid = fork();
+
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		_exit(mismatch(self->mem, self->size, 1) >= 0);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(WEXITSTATUS(status), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+PARENT_OP_TEST(proc_self_mem_write)
+{
+	/* Writes through GUP (FOLL_FORCE | FOLL_WRITE), not the parent's PTEs. */
+	size_t chunk = 1UL << 20;
+	char *buf = malloc(chunk);
+	int fd = open("/proc/self/mem", O_RDWR);
+
+	ASSERT_NE(buf, NULL);
+	ASSERT_GE(fd, 0);
+	for (size_t off = 0; off < self->size; off += chunk) {
+		for (size_t i = 0; i < chunk / 8; i++)
+			((uint64_t *)buf)[i] = pattern(2, (off / 8) + i);
+		ASSERT_EQ(pwrite(fd, buf, chunk, (off_t)(uintptr_t)(self->mem + off)),
+			  (ssize_t)chunk);
+	}
+	close(fd);
+	free(buf);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+struct writer {
+	pthread_t thread;
+	char *mem;
+	size_t size, first;
+	volatile int *start;
+};
+
+static void *writer_fn(void *arg)
+{
+	struct writer *w = arg;
+
+	while (!*w->start)
+		;
+	for (size_t i = w->first / 8; i < (w->first + w->size) / 8; i++)
+		((uint64_t *)w->mem)[i] = pattern(2, i);
+	return NULL;
+}
+
+TEST_F(snapshot, parent_threads_write)
+{
+	/*
+	 * The parent is multi-threaded when it forks; its threads start
+	 * writing the moment fork() returns, each to its own part.
+	 */
+	static volatile int start;
+	struct writer w[4];
+	int go[2], status, i;
+	char c = 'g';
+	pid_t pid;
+
+	start = 0;
+	for (i = 0; i < 4; i++) {
+		w[i] = (struct writer){ .mem = self->mem, .size = self->size / 4,
+					.first = i * (self->size / 4), .start = &start };
+		ASSERT_EQ(pthread_create(&w[i].thread, NULL, writer_fn, &w[i]), 0);
+	}
+	ASSERT_EQ(pipe(go), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		_exit(mismatch(self->mem, self->size, 1) >= 0);
+	}
+	start = 1;
+	for (i = 0; i < 4; i++)
+		ASSERT_EQ(pthread_join(w[i].thread, NULL), 0);
+	ASSERT_EQ(write(go[1], &c, 1), 1);
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(WEXITSTATUS(status), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
 }
 
 TEST_HARNESS_MAIN
