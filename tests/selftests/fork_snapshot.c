@@ -198,69 +198,31 @@ FIXTURE_TEARDOWN(snapshot)
 		munmap(self->mem, self->size);
 }
 
-/*
- * Fork; @writer overwrites the region with @seed, then tells the other side
- * (through a pipe) to check it still holds the pre-fork contents.
- */
-static void run_pair(struct __test_metadata *_metadata, char *mem, size_t size,
-		     bool parent_writes)
+/* Child: wait for the parent's go on @fd, then check the pre-fork contents. */
+static void __attribute__((noreturn)) child_check(int fd, const char *mem, size_t size)
 {
-	int go[2], status;
-	char c = 'g';
+	char c;
 	long bad;
-	pid_t pid;
 
-	ASSERT_EQ(pipe(go), 0);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		if (parent_writes) {
-			if (read(go[0], &c, 1) != 1)
-				_exit(2);
-			bad = mismatch(mem, size, 1);
-			if (bad >= 0)
-				fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n",
-					bad);
-			_exit(bad >= 0);
-		}
-		fill(mem, size, 3);
-		bad = mismatch(mem, size, 3);
-		if (write(go[1], &c, 1) != 1)
-			_exit(2);
-		_exit(bad >= 0 ? 3 : 0);
-	}
-	if (parent_writes) {
-		fill(mem, size, 2);
-		ASSERT_EQ(write(go[1], &c, 1), 1);
-	} else {
-		ASSERT_EQ(read(go[0], &c, 1), 1);
-	}
+	if (read(fd, &c, 1) != 1)
+		_exit(2);
+	bad = mismatch(mem, size, 1);
+	if (bad >= 0)
+		fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n", bad);
+	_exit(bad >= 0);
+}
+
+/* Parent: let the child check, reap it, and require that it found no change. */
+static void release_child(struct __test_metadata *_metadata, int go[2], pid_t pid)
+{
+	int status;
+
+	ASSERT_EQ(write(go[1], "g", 1), 1);
 	ASSERT_EQ(waitpid(pid, &status, 0), pid);
 	ASSERT_TRUE(WIFEXITED(status));
 	ASSERT_EQ(WEXITSTATUS(status), 0);
-	/* The parent sees its own writes, and never the child's. */
-	ASSERT_EQ(mismatch(mem, size, parent_writes ? 2 : 1), -1);
 	close(go[0]);
 	close(go[1]);
-}
-
-TEST_F(snapshot, child_sees_prefork_contents)
-{
-	run_pair(_metadata, self->mem, self->size, true);
-}
-
-TEST_F(snapshot, parent_keeps_its_contents)
-{
-	run_pair(_metadata, self->mem, self->size, false);
-}
-
-TEST_F(snapshot, repeated_forks)
-{
-	/* Several snapshots in a row, each after the parent changed memory. */
-	for (int i = 0; i < 3; i++) {
-		run_pair(_metadata, self->mem, self->size, true);
-		fill(self->mem, self->size, 1);
-	}
 }
 
 /*
@@ -276,32 +238,16 @@ typedef void (*parent_op)(struct __test_metadata *_metadata,
 static void run_op(struct __test_metadata *_metadata, FIXTURE_DATA(snapshot) *self,
 		   const FIXTURE_VARIANT(snapshot) *variant, parent_op op)
 {
-	char *mem = self->mem, c = 'g';
-	size_t size = self->size;
-	int go[2], status;
+	int go[2];
 	pid_t pid;
 
 	ASSERT_EQ(pipe(go), 0);
 	pid = fork();
 	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		long bad;
-
-		if (read(go[0], &c, 1) != 1)
-			_exit(2);
-		bad = mismatch(mem, size, 1);
-		if (bad >= 0)
-			fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n",
-				bad);
-		_exit(bad >= 0);
-	}
+	if (pid == 0)
+		child_check(go[0], self->mem, self->size);
 	op(_metadata, self, variant);
-	ASSERT_EQ(write(go[1], &c, 1), 1);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	ASSERT_TRUE(WIFEXITED(status));
-	ASSERT_EQ(WEXITSTATUS(status), 0);
-	close(go[0]);
-	close(go[1]);
+	release_child(_metadata, go, pid);
 }
 
 #define PARENT_OP_TEST(name)						\
@@ -345,6 +291,40 @@ PARENT_OP_TEST(write)
 {
 	fill(self->mem, self->size, 2);
 	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+TEST_F(snapshot, repeated_forks)
+{
+	/* Several snapshots in a row, each after the parent changed memory. */
+	for (int i = 0; i < 3; i++) {
+		run_op(_metadata, self, variant, op_write);
+		fill(self->mem, self->size, 1);
+	}
+}
+
+TEST_F(snapshot, parent_keeps_its_contents)
+{
+	/* The other direction: the child's writes never reach the parent. */
+	int go[2], status;
+	char c;
+	pid_t pid;
+
+	ASSERT_EQ(pipe(go), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		fill(self->mem, self->size, 3);
+		if (write(go[1], "g", 1) != 1)
+			_exit(2);
+		_exit(mismatch(self->mem, self->size, 3) >= 0);
+	}
+	ASSERT_EQ(read(go[0], &c, 1), 1);
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(WEXITSTATUS(status), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	close(go[0]);
+	close(go[1]);
 }
 
 PARENT_OP_TEST(read)
@@ -527,8 +507,7 @@ TEST_F(snapshot, parent_threads_write)
 	 */
 	static volatile int start;
 	struct writer w[4];
-	int go[2], status, i;
-	char c = 'g';
+	int go[2], i;
 	pid_t pid;
 
 	start = 0;
@@ -540,18 +519,12 @@ TEST_F(snapshot, parent_threads_write)
 	ASSERT_EQ(pipe(go), 0);
 	pid = fork();
 	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		if (read(go[0], &c, 1) != 1)
-			_exit(2);
-		_exit(mismatch(self->mem, self->size, 1) >= 0);
-	}
+	if (pid == 0)
+		child_check(go[0], self->mem, self->size);
 	start = 1;
 	for (i = 0; i < 4; i++)
 		ASSERT_EQ(pthread_join(w[i].thread, NULL), 0);
-	ASSERT_EQ(write(go[1], &c, 1), 1);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	ASSERT_TRUE(WIFEXITED(status));
-	ASSERT_EQ(WEXITSTATUS(status), 0);
+	release_child(_metadata, go, pid);
 	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
 }
 
