@@ -104,6 +104,10 @@ class Program:
     name: str
     timeout: int
     command: str
+    # Extra runs allowed when a run fails (exit code not 0): only for
+    # upstream programs that race under emulation.  Every run's kernel log
+    # is judged; the failed runs are kept and reported as flaky.
+    retries: int = 0
 
 
 @dataclass
@@ -115,6 +119,8 @@ class ProgramResult:
     dmesg: str = ""
     elapsed: float = 0.0
     cases: list[Case] = field(default_factory=list)
+    # Outputs of the runs that failed before the one judged here.
+    failed_runs: list[str] = field(default_factory=list)
 
     @property
     def timed_out(self) -> bool:
@@ -163,17 +169,29 @@ class SuiteRun:
 
 
 def read_programs(listfile: Path, bindir: Path, timeout: int) -> list[Program]:
-    """Programs of a list file: `NAME [ARGS...]`, run from `bindir`."""
+    """Programs of a list file: `[timeout=S] [retries=N] NAME [ARGS...]`,
+    run from `bindir`."""
     progs, seen = [], {}
-    for line in listfile.read_text().splitlines():
+    for n, line in enumerate(listfile.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         words = shlex.split(line)
+        opts = {"timeout": timeout, "retries": 0}
+        while words and "=" in words[0]:
+            key, _, val = words.pop(0).partition("=")
+            if key not in opts or not val.isdigit():
+                raise ValueError(f"{listfile}:{n}: unknown option '{key}={val}' "
+                                 f"(known: timeout=SECONDS, retries=N)")
+            opts[key] = int(val)
+        if not words:
+            raise ValueError(f"{listfile}:{n}: options but no program")
         base = words[0]
         seen[base] = seen.get(base, 0) + 1
         name = base if seen[base] == 1 else f"{base}-{seen[base]}"
-        progs.append(Program(name, timeout, shlex.join([str(bindir / base)] + words[1:])))
+        progs.append(Program(name, opts["timeout"],
+                             shlex.join([str(bindir / base)] + words[1:]),
+                             opts["retries"]))
     return progs
 
 
@@ -187,12 +205,12 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
     suite = outdir / "suite"
     lines = []
     for k, v in (sysctls or {}).items():
-        lines.append(f"sysctl-{k} 30 sysctl -w {shlex.quote(f'{k}={v}')}")
-    lines += [f"{p.name} {p.timeout} {p.command}" for p in programs]
+        lines.append(f"sysctl-{k} 30 0 sysctl -w {shlex.quote(f'{k}={v}')}")
+    lines += [f"{p.name} {p.timeout} {p.retries} {p.command}" for p in programs]
     suite.write_text("\n".join(lines) + "\n")
     cmd = f"{TOP}/tests/guest/run-suite.sh {outdir} {suite}"
     # The guest is killed if the programs together overrun their timeouts.
-    timeout = boot_timeout + sum(p.timeout + 15 for p in programs)
+    timeout = boot_timeout + sum((p.timeout + 15) * (1 + p.retries) for p in programs)
     start = time.time()
     res = vm.run(kernel, cmd, memory=memory, cpus=cpus, numa_nodes=numa_nodes,
                  timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log")
@@ -204,10 +222,12 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
             continue
         t = (outdir / f"{p.name}.time").read_text().split()
         output = (outdir / f"{p.name}.out").read_text(errors="replace")
+        failed = [f.read_text(errors="replace")
+                  for f in sorted(outdir.glob(f"{p.name}.out.failed*"))]
         results[p.name] = ProgramResult(
             p, True, int(rc_file.read_text()), output,
             (outdir / f"{p.name}.dmesg").read_text(errors="replace"),
-            float(t[1]) - float(t[0]), parse_output(p.name, output))
+            float(t[1]) - float(t[0]), parse_output(p.name, output), failed)
     release_file = outdir / "kernelrelease"
     release = release_file.read_text().strip() if release_file.exists() else "unknown"
     boot = outdir / "boot.dmesg"
@@ -221,6 +241,7 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
                   "kvm": vm.kvm_usable(), "elapsed_s": round(res.elapsed, 1),
                   "timed_out": res.timed_out},
         "programs": {n: {"ran": r.ran, "rc": r.rc, "elapsed_s": round(r.elapsed, 1),
+                         "failed_runs": len(r.failed_runs),
                          "cases": {c.name: c.status for c in r.cases},
                          "kernel_reports": len(r.reports) if r.ran else None}
                      for n, r in results.items()},

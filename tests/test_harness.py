@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pytest
 
 import harness
@@ -103,18 +105,45 @@ def test_report_scanner_ignores_benign_lines():
     assert len(rep) == 1 and "mm/memory.c" in rep[0]
 
 
+def test_program_list_options(tmp_path):
+    lst = tmp_path / "list"
+    lst.write_text("# c\ncow\ntimeout=60 retries=1 uffd-unit-tests -f events # why\ncow x\n")
+    progs = harness.read_programs(lst, Path("/b"), 900)
+    assert [(p.name, p.timeout, p.retries, p.command) for p in progs] == [
+        ("cow", 900, 0, "/b/cow"),
+        ("uffd-unit-tests", 60, 1, "/b/uffd-unit-tests -f events"),
+        ("cow-2", 900, 0, "/b/cow x")]
+    for bad in ("retry=1 cow", "timeout=x cow", "timeout=5"):
+        lst.write_text(bad + "\n")
+        with pytest.raises(ValueError, match="list:1"):
+            harness.read_programs(lst, Path("/b"), 900)
+
+
 @pytest.mark.guest
 def test_injected_warn_fails_the_program(kernel, tmp_path):
     """LKDTM's WARNING crash point runs WARN_ON() in the guest kernel: the
-    program that triggered it must be judged failed, with the excerpt."""
-    prog = harness.Program("inject_warn", 60,
-                           "echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT && "
-                           "echo 'ok 1 wrote WARNING to LKDTM'")
-    run = harness.run_suite(kernel, [prog], tmp_path / "results", memory="1G", numa_nodes=1)
+    program that triggered it must be judged failed, with the excerpt.
+    The same boot checks that a failed run is repeated only as allowed and
+    that the failed runs are kept."""
+    marker = tmp_path / "results/marker"
+    progs = [harness.Program("inject_warn", 60,
+                             "echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT && "
+                             "echo 'ok 1 wrote WARNING to LKDTM'"),
+             harness.Program("fails_once", 30,
+                             f"if [ -e {marker} ]; then echo 'ok 1 second'; "
+                             f"else touch {marker}; echo 'not ok 1 first'; exit 1; fi", 1),
+             harness.Program("fails_always", 30, "echo 'not ok 1 no'; exit 3", 1)]
+    run = harness.run_suite(kernel, progs, tmp_path / "results", memory="1G", numa_nodes=1)
     problems = run.problems("inject_warn")
     assert run.results["inject_warn"].rc == 0  # the program itself "passed"...
     assert any("kernel report" in p and "WARNING" in p and "lkdtm" in p.lower()
                for p in problems), problems  # ...and the run still fails
+    once = run.results["fails_once"]
+    assert once.rc == 0 and [str(c) for c in once.cases] == ["pass: second"]
+    assert len(once.failed_runs) == 1 and "not ok 1 first" in once.failed_runs[0]
+    always = run.results["fails_always"]
+    assert always.rc == 3 and len(always.failed_runs) == 1
+    assert run.problems("fails_always")
 
 
 @pytest.mark.guest

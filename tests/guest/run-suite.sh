@@ -3,10 +3,13 @@
 #
 # Usage: run-suite.sh OUTDIR SUITE
 #
-# SUITE has one test program a line: NAME TIMEOUT COMMAND...  For each one
-# this writes OUTDIR/NAME.out (its KTAP output), OUTDIR/NAME.rc (its exit
-# code, 124 on timeout) and OUTDIR/NAME.dmesg (the kernel log it caused).
-# The host judges the results; nothing here decides pass or fail.
+# SUITE has one test program a line: NAME TIMEOUT RETRIES COMMAND...  For
+# each one this writes OUTDIR/NAME.out (its KTAP output), OUTDIR/NAME.rc (its
+# exit code, 124 on timeout) and OUTDIR/NAME.dmesg (the kernel log it caused).
+# A run that exits non-zero is repeated up to RETRIES times; the output of
+# each failed run is kept as NAME.out.failedN and the kernel log of every
+# run goes to NAME.dmesg.  The host judges the results; nothing here decides
+# pass or fail.
 set -u
 out=$1
 suite=$2
@@ -23,13 +26,23 @@ if [ -e /sys/block/zram0/disksize ] && ! grep -q zram0 /proc/swaps; then
 fi
 dmesg -c > "$out/boot.dmesg"
 
-while read -r name timeout cmd; do
+while read -r name timeout retries cmd; do
 	case "$name" in ''|'#'*) continue ;; esac
-	echo "run-suite: $name" > /dev/kmsg
-	start=$(date +%s.%N)
-	(cd "$out" && timeout -k 10 "$timeout" bash -c "$cmd") > "$out/$name.out" 2>&1 < /dev/null
-	echo $? > "$out/$name.rc"
-	echo "$start $(date +%s.%N)" > "$out/$name.time"
-	dmesg -c > "$out/$name.dmesg"
+	: > "$out/$name.dmesg"
+	run=0
+	while :; do
+		echo "run-suite: $name (run $((run + 1)))" > /dev/kmsg
+		start=$(date +%s.%N)
+		(cd "$out" && timeout -k 10 "$timeout" bash -c "$cmd") > "$out/$name.out" 2>&1 < /dev/null
+		rc=$?
+		echo "$start $(date +%s.%N)" > "$out/$name.time"
+		dmesg -c >> "$out/$name.dmesg"
+		run=$((run + 1))
+		if [ "$rc" = 0 ] || [ "$run" -gt "$retries" ]; then
+			break
+		fi
+		mv "$out/$name.out" "$out/$name.out.failed$run"
+	done
+	echo "$rc" > "$out/$name.rc"
 done < "$suite"
 echo complete > "$out/complete"
