@@ -6,8 +6,11 @@
  *
  * One fixture, one variant per kind of memory: 4 KiB anonymous pages,
  * PMD-mapped THP, PTE-mapped THP, a private file mapping partly COWed.
- * The same tests later guard Async-fork, where the child copies the page
- * tables after fork() has returned in the parent.
+ * The same tests guard Async-fork, where the child copies the page tables
+ * after fork() has returned in the parent.  FORK_SNAPSHOT_EXPECT_ASYNC=1
+ * (run with vm.async_fork=2) makes every fork of a 4 KiB or PTE-mapped
+ * region prove, by /proc/vmstat, that it went the asynchronous way;
+ * FORK_SNAPSHOT_EXPECT_ASYNC=0 (vm.async_fork=0) that none did.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -198,6 +201,75 @@ FIXTURE_TEARDOWN(snapshot)
 		munmap(self->mem, self->size);
 }
 
+/* A /proc/vmstat counter, or -1 if the kernel has none of that name. */
+static long vmstat(const char *name)
+{
+	char key[64];
+	long val, ret = -1;
+	FILE *f = fopen("/proc/vmstat", "r");
+
+	if (!f)
+		return -1;
+	while (fscanf(f, "%63s %ld", key, &val) == 2)
+		if (!strcmp(key, name)) {
+			ret = val;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+/* What FORK_SNAPSHOT_EXPECT_ASYNC asks of this variant: 1, 0, or -1 (nothing). */
+static int expect_async(const FIXTURE_VARIANT(snapshot) *variant)
+{
+	const char *e = getenv("FORK_SNAPSHOT_EXPECT_ASYNC");
+
+	if (!e || !*e)
+		return -1;
+	if (*e == '0')
+		return 0;
+	/* PMD-mapped THP and private files are copied at fork() as before. */
+	return variant->backing == ANON_4K || variant->backing == ANON_THP_PTE_MAPPED ?
+		1 : -1;
+}
+
+struct af_counts {
+	long forks, tables;
+};
+
+static struct af_counts af_counts(void)
+{
+	return (struct af_counts){
+		vmstat("async_fork"),
+		vmstat("async_fork_pmd_child") + vmstat("async_fork_pmd_sync"),
+	};
+}
+
+/*
+ * Check that the fork(s) since @before went the way the run expects: an
+ * async fork of the region leaves each of its PMDs to the child (or to the
+ * parent's synchronization), so at least that many tables were copied.
+ */
+static void check_async(struct __test_metadata *_metadata,
+			const FIXTURE_VARIANT(snapshot) *variant,
+			struct af_counts before)
+{
+	struct af_counts now = af_counts();
+	int want = expect_async(variant);
+
+	if (want < 0)
+		return;
+	ASSERT_GE(before.forks, 0) {
+		TH_LOG("no async_fork counters in /proc/vmstat");
+	}
+	if (want) {
+		ASSERT_GE(now.forks - before.forks, 1);
+		ASSERT_GE(now.tables - before.tables, (long)(REGION_SIZE / SZ_2M));
+	} else {
+		ASSERT_EQ(now.forks - before.forks, 0);
+	}
+}
+
 /* Child: wait for the parent's go on @fd, then check the pre-fork contents. */
 static void __attribute__((noreturn)) child_check(int fd, const char *mem, size_t size)
 {
@@ -238,6 +310,7 @@ typedef void (*parent_op)(struct __test_metadata *_metadata,
 static void run_op(struct __test_metadata *_metadata, FIXTURE_DATA(snapshot) *self,
 		   const FIXTURE_VARIANT(snapshot) *variant, parent_op op)
 {
+	struct af_counts before = af_counts();
 	int go[2];
 	pid_t pid;
 
@@ -248,6 +321,7 @@ static void run_op(struct __test_metadata *_metadata, FIXTURE_DATA(snapshot) *se
 		child_check(go[0], self->mem, self->size);
 	op(_metadata, self, variant);
 	release_child(_metadata, go, pid);
+	check_async(_metadata, variant, before);
 }
 
 #define PARENT_OP_TEST(name)						\
