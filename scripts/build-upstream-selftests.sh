@@ -13,10 +13,11 @@ src=$build/linux
 out=$build/upstream-mm
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
 
-# The programs of tests/upstream_mm.list (first word of each line).
+# The programs of tests/upstream_mm.list: the first word of each line that
+# is not an option (timeout=, retries=).
 top=$(cd "$(dirname "$0")/.." && pwd)
 mapfile -t progs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$top/tests/upstream_mm.list" |
-		     awk '{ print $1 }' | sort -u)
+		     awk '{ for (i = 1; i <= NF && $i ~ /=/; i++); print $i }' | sort -u)
 
 make -s -C "$src" O="$build/headers" headers >/dev/null
 # Re-detect optional libraries (liburing) each time, as a fresh tree would.
