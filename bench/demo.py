@@ -60,15 +60,17 @@ def main(argv=None) -> int:
     bench = TOP / "build/bench/forkbench"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cmds = [f"{bench} --size-mb {s} {'--thp ' if thp else ''}--repeat {a.repeat}"
-            for s in sizes for thp in (False, True)]
+    cmds = [f"{bench} --size-mb {s} {'--thp ' if thp else ''}{'--async ' if af else ''}"
+            f"--repeat {a.repeat}"
+            for s in sizes for thp in (False, True) for af in (False, True)]
     script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl" for c in cmds)
     (out / "forkbench.jsonl").unlink(missing_ok=True)
     print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
           f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}; sizes {sizes} MiB", flush=True)
     try:
-        r = vm.run(a.kernel, f"echo always > /sys/kernel/mm/transparent_hugepage/enabled && {script}",
-                   memory=memory, cpus=2, timeout=300 + 60 * sum(sizes) // 256,
+        r = vm.run(a.kernel, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && "
+                   f"sysctl -qw vm.async_fork=1 && {script}",
+                   memory=memory, cpus=2, timeout=300 + 120 * sum(sizes) // 256,
                    rwdirs=[out], log_path=out / "console.log")
     except vm.VMError as e:
         print(f"demo: {e}", file=sys.stderr)
@@ -82,15 +84,23 @@ def main(argv=None) -> int:
             "guest_memory": memory, "guest_cpus": 2, "kvm": vm.kvm_usable(),
             "sizes_mb": sizes, "repeat": a.repeat}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"\nfork() of a process with a resident anonymous heap, default fork, "
-          f"kernel {vm.kernel_release(Path(a.kernel))}, median of {a.repeat}")
-    print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'child runs ms':>14}")
+    print(f"\nfork() of a process with a resident anonymous heap, default fork and "
+          f"Async-fork in one boot,\nkernel {vm.kernel_release(Path(a.kernel))}, "
+          f"median of {a.repeat}; 'child runs': fork() call to the child's first instruction")
+    print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'async ms':>9} {'ratio':>7} "
+          f"{'child runs ms':>14} {'async':>9}")
+
+    def med(s, thp, af, key):
+        sel = [x[key] for x in rows if x["size_mb"] == s and x["thp"] == thp
+               and x.get("async", False) == af]
+        return statistics.median(sel) / 1e3
+
     for s in sizes:
         for thp in (False, True):
-            sel = [x for x in rows if x["size_mb"] == s and x["thp"] == thp]
-            f = statistics.median(x["fork_us"] for x in sel) / 1e3
-            c = statistics.median(x["child_us"] for x in sel) / 1e3
-            print(f"{s:>7} MiB {'THP' if thp else '4K':>6} {f:>10.2f} {c:>14.2f}")
+            f, fa = med(s, thp, False, "fork_us"), med(s, thp, True, "fork_us")
+            c, ca = med(s, thp, False, "child_us"), med(s, thp, True, "child_us")
+            print(f"{s:>7} MiB {'THP' if thp else '4K':>6} {f:>10.2f} {fa:>9.3f} "
+                  f"{f / fa:>6.0f}x {c:>14.2f} {ca:>9.2f}")
     print(f"\nraw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
     if not vm.kvm_usable():
         print("note: this guest runs under TCG emulation; compare ratios within one run, "

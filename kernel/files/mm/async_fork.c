@@ -86,7 +86,7 @@ struct async_fork_ctx {
 /* ctx->flags */
 #define AF_FAILED	0	/* the child is being killed: no more copies */
 
-int sysctl_async_fork __read_mostly = 1;
+static int sysctl_async_fork __read_mostly = 1;
 
 DEFINE_STATIC_KEY_FALSE(async_fork_key);
 /* Contexts alive; the key stays on until the last one is gone. */
@@ -250,12 +250,13 @@ static long af_copy_range(struct async_fork_link *link, unsigned long start,
 }
 
 /*
- * Make [start, end) of the link's VMAs copied, from either side.  Returns
- * -EIO if the child's copy has failed.
+ * Make [start, end) of the link copied before @vma (of either side, held
+ * by the caller) changes.  Returns -EIO if the child's copy has failed.
  */
-static int af_sync(struct async_fork_link *link, unsigned long start,
-		   unsigned long end, bool vma_wide)
+static int af_sync(struct async_fork_link *link, struct vm_area_struct *vma,
+		   unsigned long start, unsigned long end, bool vma_wide)
 {
+	bool parent = vma == link->src;
 	u64 t0 = ktime_get_ns();
 	long copied;
 
@@ -266,10 +267,12 @@ static int af_sync(struct async_fork_link *link, unsigned long start,
 	mutex_unlock(&link->lock);
 	if (copied <= 0)
 		return copied;
-	count_vm_events(ASYNC_FORK_PMD_SYNC, copied);
-	if (vma_wide)
+	/* On the child's side, the child copied on demand. */
+	count_vm_events(parent ? ASYNC_FORK_PMD_SYNC : ASYNC_FORK_PMD_CHILD,
+			copied);
+	if (vma_wide && parent)
 		count_vm_event(ASYNC_FORK_VMA_SYNC);
-	trace_async_fork_sync(link->src->vm_mm, start, end, copied, vma_wide,
+	trace_async_fork_sync(vma->vm_mm, start, end, copied, vma_wide,
 			      ktime_get_ns() - t0);
 	return 0;
 }
@@ -298,7 +301,7 @@ vm_fault_t __async_fork_fault(struct vm_area_struct *vma, pmd_t *pmd,
 
 	if (link->src == vma) {
 		if (pmd_async_fork_marked(pmdp_get_lockless(pmd)))
-			af_sync(link, start, start + PMD_SIZE, false);
+			af_sync(link, vma, start, start + PMD_SIZE, false);
 		return 0;
 	}
 	/*
@@ -308,7 +311,7 @@ vm_fault_t __async_fork_fault(struct vm_area_struct *vma, pmd_t *pmd,
 	/* Racy: af_sync() checks again under link->lock. */
 	if (!data_race(link->nr_marked))
 		return 0;
-	return af_sync(link, start, start + PMD_SIZE, false) ?
+	return af_sync(link, vma, start, start + PMD_SIZE, false) ?
 		VM_FAULT_SIGBUS : 0;
 }
 
@@ -319,7 +322,7 @@ void __async_fork_sync_range(struct vm_area_struct *vma, unsigned long start,
 
 	/* Racy: af_sync() checks again under link->lock. */
 	if (data_race(link->nr_marked))
-		af_sync(link, start, end, false);
+		af_sync(link, vma, start, end, false);
 }
 
 /*
@@ -336,7 +339,7 @@ void async_fork_vma_write(struct vm_area_struct *vma)
 	mmap_assert_write_locked(vma->vm_mm);
 	/* Racy: af_sync() checks again under link->lock. */
 	if (data_race(link->nr_marked))
-		af_sync(link, link->start, link->end, true);
+		af_sync(link, vma, link->start, link->end, true);
 	vma->async_fork = NULL;
 	if (parent)
 		af_ctx_put(link->ctx);

@@ -54,9 +54,11 @@ TRACE_EVENT(async_fork_start,
 );
 
 /*
- * The parent copied @pmds PTE tables before a change to [start, end) of
- * one VMA (@vma_wide: before a change to the VMA itself), in @duration_ns
- * including the wait for the child's current batch.
+ * @pmds PTE tables were copied before a change to [start, end) of one VMA
+ * of @mm (@vma_wide: before a change to the VMA itself), in @duration_ns
+ * including the wait for the other side's current batch.  @mm is the
+ * parent's when the parent synchronized, the child's when the child's
+ * memory was touched before its copy was done.
  */
 TRACE_EVENT(async_fork_sync,
 
