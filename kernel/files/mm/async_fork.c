@@ -39,6 +39,14 @@
  * Lock order: mmap_lock or VMA lock (of either mm) -> link->lock -> the PTE
  * locks of the child, then of the parent (copy_pte_range()).  A task holds
  * at most one link->lock, and takes no mmap_lock under it.
+ *
+ * From the end of fork() until its last table is copied, the parent's
+ * write_protect_seq stays held for writing, as it is while fork() copies
+ * page tables: GUP-fast pins in the parent take the slow path meanwhile,
+ * and the copies run with the seqcount held as folio_try_dup_anon_rmap_*()
+ * requires.  Its writers stay serialized because a parent has at most one
+ * fork in progress: fork() finishes the previous one before it copies
+ * anything (async_fork_begin()).
  */
 
 #include <linux/async_fork.h>
@@ -74,6 +82,7 @@ struct async_fork_link {
 
 struct async_fork_ctx {
 	refcount_t ref;		/* child mm, task_work, each parent VMA */
+	atomic_t nr_pending;	/* links with marks left */
 	unsigned long flags;
 	struct pid *child;
 	struct callback_head work;
@@ -214,7 +223,9 @@ static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
 	 * spurious fault at most.
 	 */
 	pmdp_async_fork_unmark(src_pmd);
-	link->nr_marked--;
+	/* The last mark of the fork: see write_protect_seq above. */
+	if (!--link->nr_marked && atomic_dec_and_test(&link->ctx->nr_pending))
+		raw_write_seqcount_end(&src->vm_mm->write_protect_seq);
 	return err ? err : copy;
 }
 
@@ -345,6 +356,21 @@ void async_fork_vma_write(struct vm_area_struct *vma)
 		af_ctx_put(link->ctx);
 }
 
+/* Finish and detach every link of @mm; mmap_lock held for writing. */
+static void af_finish_mm(struct mm_struct *mm)
+{
+	struct vm_area_struct *vma;
+	struct vma_iterator vmi;
+
+	vma_iter_init(&vmi, mm, 0);
+	for_each_vma(vmi, vma) {
+		if (xa_is_zero(vma))
+			break;
+		if (vma->async_fork)
+			async_fork_vma_write(vma);
+	}
+}
+
 /* Is @vma private anonymous memory whose PTE tables fork() may defer? */
 static bool af_vma_deferrable(struct vm_area_struct *vma)
 {
@@ -373,7 +399,12 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 {
 	struct async_fork_ctx *ctx;
 
-	if (!static_branch_unlikely(&async_fork_key) || !af_wanted(oldmm))
+	if (!static_branch_unlikely(&async_fork_key))
+		return NULL;
+	/* One fork in progress at a time: see write_protect_seq above. */
+	if (test_bit(MMF_ASYNC_FORK_LINKED, &oldmm->flags))
+		af_finish_mm(oldmm);
+	if (!af_wanted(oldmm))
 		return NULL;
 	/*
 	 * A page pinned before fork() may be written by a device at any
@@ -480,6 +511,11 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 
 	if (!ctx)
 		return;
+	if (ctx->nr_links) {
+		/* Released with the last mark: see write_protect_seq above. */
+		atomic_set(&ctx->nr_pending, ctx->nr_links);
+		raw_write_seqcount_begin(&ctx->links[0].src->vm_mm->write_protect_seq);
+	}
 	if (err || !ctx->nr_links) {
 		if (err)
 			af_rollback(ctx);
@@ -589,8 +625,6 @@ void async_fork_start_child(struct task_struct *p)
 void async_fork_exit_mmap(struct mm_struct *mm)
 {
 	struct async_fork_ctx *ctx = mm->async_fork_ctx;
-	struct vm_area_struct *vma;
-	struct vma_iterator vmi;
 
 	if (ctx) {
 		af_rollback(ctx);
@@ -601,13 +635,7 @@ void async_fork_exit_mmap(struct mm_struct *mm)
 	if (!test_bit(MMF_ASYNC_FORK_LINKED, &mm->flags))
 		return;
 	mmap_write_lock(mm);
-	vma_iter_init(&vmi, mm, 0);
-	for_each_vma(vmi, vma) {
-		if (xa_is_zero(vma))
-			break;
-		if (vma->async_fork)
-			async_fork_vma_write(vma);
-	}
+	af_finish_mm(mm);
 	mmap_write_unlock(mm);
 }
 
