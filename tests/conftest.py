@@ -52,7 +52,7 @@ def kernel(request) -> Path:
 
 
 # Programs of the suite boot: the project's own, then the upstream mm ones.
-OWN_PROGRAMS = [harness.Program("fork_snapshot", 300,
+OWN_PROGRAMS = [harness.Program("fork_snapshot", 600,
                                 str(BUILD / "selftests/fork_snapshot"))]
 UPSTREAM_TIMEOUT = 900
 
