@@ -58,9 +58,9 @@ def kernel(request) -> Path:
 # that its forks went the way the run says.
 FORK_SNAPSHOT = BUILD / "selftests/fork_snapshot"
 OWN_PROGRAMS = [
-    harness.Program("fork_snapshot", 300,
+    harness.Program("fork_snapshot", 600,
                     f"sysctl -qw vm.async_fork=0 && FORK_SNAPSHOT_EXPECT_ASYNC=0 {FORK_SNAPSHOT}"),
-    harness.Program("fork_snapshot_async", 300,
+    harness.Program("fork_snapshot_async", 600,
                     f"sysctl -qw vm.async_fork=2 && FORK_SNAPSHOT_EXPECT_ASYNC=1 {FORK_SNAPSHOT}"),
     harness.Program("async_fork", 600, str(BUILD / "selftests/async_fork")),
 ]
