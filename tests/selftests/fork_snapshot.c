@@ -32,6 +32,12 @@
 
 #define SZ_2M		(2UL << 20)
 #define REGION_SIZE	(32UL << 20)
+/*
+ * Seconds per case: the harness default (30) is too tight for a loaded
+ * host emulating the guest (TCG), where one pass over the region takes
+ * seconds; the suite bounds the whole program separately.
+ */
+#define CASE_TIMEOUT	180
 
 enum backing {
 	ANON_4K,
@@ -328,7 +334,7 @@ static void run_op(struct __test_metadata *_metadata, FIXTURE_DATA(snapshot) *se
 	static void op_##name(struct __test_metadata *_metadata,	\
 			      FIXTURE_DATA(snapshot) *self,		\
 			      const FIXTURE_VARIANT(snapshot) *variant); \
-	TEST_F(snapshot, parent_##name)					\
+	TEST_F_TIMEOUT(snapshot, parent_##name, CASE_TIMEOUT)		\
 	{								\
 		run_op(_metadata, self, variant, op_##name);		\
 	}								\
@@ -367,7 +373,7 @@ PARENT_OP_TEST(write)
 	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
 }
 
-TEST_F(snapshot, repeated_forks)
+TEST_F_TIMEOUT(snapshot, repeated_forks, CASE_TIMEOUT)
 {
 	/* Several snapshots in a row, each after the parent changed memory. */
 	for (int i = 0; i < 3; i++) {
@@ -376,7 +382,7 @@ TEST_F(snapshot, repeated_forks)
 	}
 }
 
-TEST_F(snapshot, parent_keeps_its_contents)
+TEST_F_TIMEOUT(snapshot, parent_keeps_its_contents, CASE_TIMEOUT)
 {
 	/* The other direction: the child's writes never reach the parent. */
 	int go[2], status;
@@ -573,7 +579,7 @@ static void *writer_fn(void *arg)
 	return NULL;
 }
 
-TEST_F(snapshot, parent_threads_write)
+TEST_F_TIMEOUT(snapshot, parent_threads_write, CASE_TIMEOUT)
 {
 	/*
 	 * The parent is multi-threaded when it forks; its threads start
