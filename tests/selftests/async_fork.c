@@ -183,7 +183,7 @@ FIXTURE_TEARDOWN(af)
 	write_file(FAIL_ALLOC "probability", "0");
 }
 
-TEST_F(af, sysctl_rejects_bad_values)
+TEST_F_TIMEOUT(af, sysctl_rejects_bad_values, 180)
 {
 	const char *bad[] = { "3", "-1", "abc", "1x" };
 
@@ -196,7 +196,7 @@ TEST_F(af, sysctl_rejects_bad_values)
 	}
 }
 
-TEST_F(af, prctl_rejects_bad_arguments)
+TEST_F_TIMEOUT(af, prctl_rejects_bad_arguments, 180)
 {
 	errno = 0;
 	EXPECT_EQ(prctl(PR_SET_ASYNC_FORK, 2, 0, 0, 0), -1);
@@ -211,7 +211,7 @@ TEST_F(af, prctl_rejects_bad_arguments)
 }
 
 /* With vm.async_fork=1, only a process that asked forks asynchronously. */
-TEST_F(af, sysctl_one_means_opted_in_only)
+TEST_F_TIMEOUT(af, sysctl_one_means_opted_in_only, 180)
 {
 	long before;
 	pid_t pid;
@@ -234,7 +234,7 @@ TEST_F(af, sysctl_one_means_opted_in_only)
 	EXPECT_EQ(started_async(), before + 1);
 }
 
-TEST_F(af, counters_move)
+TEST_F_TIMEOUT(af, counters_move, 180)
 {
 	long forks = vmstat("async_fork");
 	long child = vmstat("async_fork_pmd_child");
@@ -253,7 +253,7 @@ TEST_F(af, counters_move)
 }
 
 /* The opt-in survives fork() and execve(): /proc/self/exe --get-prctl. */
-TEST_F(af, prctl_inherited_across_fork_and_exec)
+TEST_F_TIMEOUT(af, prctl_inherited_across_fork_and_exec, 180)
 {
 	for (int want = 0; want <= 1; want++) {
 		pid_t pid;
@@ -273,7 +273,7 @@ TEST_F(af, prctl_inherited_across_fork_and_exec)
 }
 
 /* memory.async_fork: refuses bad input, is inherited, opts its tasks in. */
-TEST_F(af, cgroup_file)
+TEST_F_TIMEOUT(af, cgroup_file, 180)
 {
 	const char *bad[] = { "2", "-1", "abc", "1x" };
 	long before;
@@ -312,7 +312,7 @@ TEST_F(af, cgroup_file)
 }
 
 /* A process that ever pinned pages copies the default way, and says why. */
-TEST_F(af, pinned_process_falls_back)
+TEST_F_TIMEOUT(af, pinned_process_falls_back, 180)
 {
 	struct pin_longterm_test pin = {
 		.addr = (uintptr_t)self->mem, .size = 4096,
@@ -434,7 +434,7 @@ static void check_after_failure(struct __test_metadata *_metadata,
 	EXPECT_EQ(reap(pid), 0);
 }
 
-TEST_F(af, child_copy_fails)
+TEST_F_TIMEOUT(af, child_copy_fails, 180)
 {
 	long errors = vmstat("async_fork_error");
 	long pt_kb = page_tables_kb();
@@ -458,7 +458,7 @@ TEST_F(af, child_copy_fails)
  * once it has run, must be killed, unless it had copied everything first:
  * then try again.
  */
-TEST_F(af, parent_sync_fails)
+TEST_F_TIMEOUT(af, parent_sync_fails, 180)
 {
 	long errors = vmstat("async_fork_error");
 	long pt_kb = page_tables_kb();
@@ -498,7 +498,7 @@ TEST_F(af, parent_sync_fails)
 	check_after_failure(_metadata, self, status, errors, pt_kb, 3);
 }
 
-TEST_F(af, child_killed_while_copying)
+TEST_F_TIMEOUT(af, child_killed_while_copying, 180)
 {
 	long pt_kb = page_tables_kb();
 	int status;
@@ -522,7 +522,7 @@ TEST_F(af, child_killed_while_copying)
 }
 
 /* A parent that exits at once still leaves its child a complete snapshot. */
-TEST_F(af, parent_exits_while_child_copies)
+TEST_F_TIMEOUT(af, parent_exits_while_child_copies, 180)
 {
 	int res[2];
 	pid_t mid;
