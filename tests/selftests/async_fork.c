@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "snapshot.h"
 #include "mm/gup_test.h"
 
 #ifndef PR_SET_ASYNC_FORK
@@ -69,23 +70,6 @@ static long read_long(const char *path)
 	return n > 0 ? strtol(buf, NULL, 0) : -1;
 }
 
-static long vmstat(const char *name)
-{
-	char key[64];
-	long val, ret = -1;
-	FILE *f = fopen("/proc/vmstat", "r");
-
-	if (!f)
-		return -1;
-	while (fscanf(f, "%63s %ld", key, &val) == 2)
-		if (!strcmp(key, name)) {
-			ret = val;
-			break;
-		}
-	fclose(f);
-	return ret;
-}
-
 static void set_sysctl(long val)
 {
 	char buf[24];
@@ -93,33 +77,6 @@ static void set_sysctl(long val)
 	snprintf(buf, sizeof(buf), "%ld", val);
 	if (write_file("/proc/sys/vm/async_fork", buf))
 		ksft_exit_fail_msg("cannot set vm.async_fork=%ld\n", val);
-}
-
-static inline uint64_t pattern(uint64_t seed, uint64_t i)
-{
-	uint64_t x = (seed << 40) ^ i ^ 0x9e3779b97f4a7c15ULL;
-
-	x ^= x >> 31;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	return x ^ (x >> 29);
-}
-
-static void fill(void *mem, size_t size, uint64_t seed)
-{
-	uint64_t *w = mem;
-
-	for (size_t i = 0; i < size / 8; i++)
-		w[i] = pattern(seed, i);
-}
-
-static long mismatch(const void *mem, size_t size, uint64_t seed)
-{
-	const uint64_t *w = mem;
-
-	for (size_t i = 0; i < size / 8; i++)
-		if (w[i] != pattern(seed, i))
-			return i * 8;
-	return -1;
 }
 
 /* REGION bytes of 4 KiB anonymous memory, PMD-aligned, filled with seed 1. */

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "snapshot.h"
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE	25	/* glibc 2.36 headers predate it */
@@ -45,35 +46,6 @@ enum backing {
 	ANON_THP_PTE_MAPPED,
 	FILE_PRIVATE,
 };
-
-/* Pattern of seed @seed at 8-byte word @i: differs per word and per seed. */
-static inline uint64_t pattern(uint64_t seed, uint64_t i)
-{
-	uint64_t x = (seed << 40) ^ i ^ 0x9e3779b97f4a7c15ULL;
-
-	x ^= x >> 31;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	return x ^ (x >> 29);
-}
-
-static void fill(void *mem, size_t size, uint64_t seed)
-{
-	uint64_t *w = mem;
-
-	for (size_t i = 0; i < size / 8; i++)
-		w[i] = pattern(seed, i);
-}
-
-/* Offset of the first byte that is not pattern @seed, or -1. */
-static long mismatch(const void *mem, size_t size, uint64_t seed)
-{
-	const uint64_t *w = mem;
-
-	for (size_t i = 0; i < size / 8; i++)
-		if (w[i] != pattern(seed, i))
-			return i * 8;
-	return -1;
-}
 
 /* AnonHugePages of the mapping that starts at @addr, in KiB, or -1. */
 static long anon_huge_kb(void *addr)
@@ -205,24 +177,6 @@ FIXTURE_TEARDOWN(snapshot)
 {
 	if (self->mem && self->mem != MAP_FAILED)
 		munmap(self->mem, self->size);
-}
-
-/* A /proc/vmstat counter, or -1 if the kernel has none of that name. */
-static long vmstat(const char *name)
-{
-	char key[64];
-	long val, ret = -1;
-	FILE *f = fopen("/proc/vmstat", "r");
-
-	if (!f)
-		return -1;
-	while (fscanf(f, "%63s %ld", key, &val) == 2)
-		if (!strcmp(key, name)) {
-			ret = val;
-			break;
-		}
-	fclose(f);
-	return ret;
 }
 
 /* What FORK_SNAPSHOT_EXPECT_ASYNC asks of this variant: 1, 0, or -1 (nothing). */
