@@ -13,6 +13,7 @@
  *   fork_us   time the parent spent inside fork()
  *   child_us  time from the fork() call until the child ran its first
  *             user instruction (with Async-fork: after its page-table copy)
+ *   copy_threads  vm.async_fork_copy_threads at the time (0: no such sysctl)
  *
  * The child also checks one word per page against the pre-fork contents, so
  * a benchmark run cannot report figures from a broken snapshot.
@@ -41,6 +42,19 @@ static uint64_t now_ns(void)
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+static long copy_threads(void)
+{
+	FILE *f = fopen("/proc/sys/vm/async_fork_copy_threads", "r");
+	long n = 0;
+
+	if (f) {
+		if (fscanf(f, "%ld", &n) != 1)
+			n = 0;
+		fclose(f);
+	}
+	return n;
+}
+
 static void usage(const char *argv0)
 {
 	fprintf(stderr, "usage: %s --size-mb N [--thp] [--async] [--repeat R]\n", argv0);
@@ -56,7 +70,7 @@ int main(int argc, char **argv)
 		{ "async", no_argument, NULL, 'a' },
 		{ }
 	};
-	long size_mb = 0, repeat = 3, page = sysconf(_SC_PAGESIZE);
+	long size_mb = 0, repeat = 3, page = sysconf(_SC_PAGESIZE), threads;
 	int thp = 0, async = 0, c;
 	size_t size, off;
 	char *mem, *end;
@@ -103,6 +117,7 @@ int main(int argc, char **argv)
 	}
 	for (off = 0; off < size; off += page)
 		*(uint64_t *)(mem + off) = off ^ 0x5a5a5a5a;
+	threads = copy_threads();
 
 	for (long i = 0; i < repeat; i++) {
 		int p[2], status;
@@ -140,8 +155,9 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("{\"size_mb\": %ld, \"thp\": %s, \"async\": %s, \"fork_us\": %.1f, "
-		       "\"child_us\": %.1f}\n", size_mb, thp ? "true" : "false",
-		       async ? "true" : "false", (t1 - t0) / 1e3, (tc - t0) / 1e3);
+		       "\"child_us\": %.1f, \"copy_threads\": %ld}\n", size_mb,
+		       thp ? "true" : "false", async ? "true" : "false",
+		       (t1 - t0) / 1e3, (tc - t0) / 1e3, threads);
 		fflush(stdout);
 		close(p[0]);
 		close(p[1]);

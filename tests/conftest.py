@@ -60,8 +60,10 @@ FORK_SNAPSHOT = BUILD / "selftests/fork_snapshot"
 OWN_PROGRAMS = [
     harness.Program("fork_snapshot", 600,
                     f"sysctl -qw vm.async_fork=0 && FORK_SNAPSHOT_EXPECT_ASYNC=0 {FORK_SNAPSHOT}"),
+    # Four copy threads: the child's helpers race with every parent path.
     harness.Program("fork_snapshot_async", 600,
-                    f"sysctl -qw vm.async_fork=2 && FORK_SNAPSHOT_EXPECT_ASYNC=1 {FORK_SNAPSHOT}"),
+                    "sysctl -qw vm.async_fork=2 vm.async_fork_copy_threads=4 && "
+                    f"FORK_SNAPSHOT_EXPECT_ASYNC=1 {FORK_SNAPSHOT}"),
     harness.Program("async_fork", 600, str(BUILD / "selftests/async_fork")),
 ]
 UPSTREAM_TIMEOUT = 900
@@ -69,11 +71,13 @@ UPSTREAM_TIMEOUT = 900
 
 def upstream_programs(async_fork: int = 2):
     """The upstream mm selftests, each run with vm.async_fork=`async_fork`:
-    2 (every fork asynchronous) when testing, 0 when recording the baseline."""
+    2 (every fork asynchronous) when testing, 0 when recording the baseline;
+    the child copies alone (the default)."""
     progs = harness.read_programs(TOP / "tests/upstream_mm.list",
                                   BUILD / "upstream-mm", UPSTREAM_TIMEOUT)
     for p in progs:
-        p.command = f"sysctl -qw vm.async_fork={async_fork} && {p.command}"
+        p.command = (f"sysctl -qw vm.async_fork={async_fork} vm.async_fork_copy_threads=1"
+                     f" && {p.command}")
     return progs
 
 

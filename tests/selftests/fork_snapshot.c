@@ -520,6 +520,64 @@ PARENT_OP_TEST(proc_self_mem_write)
 	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
 }
 
+/*
+ * Soft-dirty bits (pagemap bit 55) of the pages of @mem: 1 if all are set,
+ * 0 if none is, -1 if some are, -2 on error.
+ */
+static int soft_dirty(const char *mem, size_t size)
+{
+	size_t pages = size / 4096, set = 0;
+	uint64_t *ent = malloc(pages * sizeof(*ent));
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+	ssize_t len = pages * sizeof(*ent);
+	int ret = -2;
+
+	if (ent && fd >= 0 &&
+	    pread(fd, ent, len, (uintptr_t)mem / 4096 * sizeof(*ent)) == len) {
+		for (size_t i = 0; i < pages; i++)
+			set += (ent[i] >> 55) & 1;
+		ret = set == pages ? 1 : set == 0 ? 0 : -1;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(ent);
+	return ret;
+}
+
+static void clear_soft_dirty(struct __test_metadata *_metadata)
+{
+	int fd = open("/proc/self/clear_refs", O_WRONLY);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(write(fd, "4", 1), 1);
+	close(fd);
+}
+
+static void op_clear_refs(struct __test_metadata *_metadata,
+			  FIXTURE_DATA(snapshot) *self,
+			  const FIXTURE_VARIANT(snapshot) *variant)
+{
+	clear_soft_dirty(_metadata);
+	ASSERT_EQ(soft_dirty(self->mem, self->size), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(soft_dirty(self->mem, self->size), 1);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+TEST_F_TIMEOUT(snapshot, parent_clear_refs_soft_dirty, CASE_TIMEOUT)
+{
+	/*
+	 * The first clear also clears VM_SOFTDIRTY, which changes the VMA;
+	 * after it, a clear is only the page-table walk that write-protects
+	 * PTEs (clear_refs_pte_range()), which is what runs after fork().
+	 */
+	clear_soft_dirty(_metadata);
+	fill(self->mem, self->size, 1);
+	ASSERT_EQ(soft_dirty(self->mem, self->size), 1);
+	run_op(_metadata, self, variant, op_clear_refs);
+}
+
 struct writer {
 	pthread_t thread;
 	char *mem;

@@ -22,6 +22,11 @@
  * that VMA.  The child, in turn, copies a table on demand if something
  * touches its memory before its copy is done (a signal frame, ptrace).
  *
+ * The child may share its copy with kernel workers
+ * (vm.async_fork_copy_threads): the tables are split into chunks of
+ * AF_BATCH, handed out in address order to whichever thread asks next, and
+ * the child waits for its helpers before it lets go of its links.
+ *
  * Lock rule
  *
  * A mark is set only by fork(), under the parent's mmap_lock held for
@@ -68,8 +73,11 @@
 
 #include "internal.h"
 
-/* Tables the child copies under one hold of link->lock. */
+/* Tables the child copies under one hold of link->lock: one "chunk". */
 #define AF_BATCH	8
+#define AF_CHUNK	(AF_BATCH * PMD_SIZE)
+/* Upper limit of vm.async_fork_copy_threads. */
+#define AF_MAX_THREADS	32
 
 struct async_fork_link {
 	struct mutex lock;		/* serializes copiers: see the lock rule */
@@ -78,6 +86,17 @@ struct async_fork_link {
 	struct vm_area_struct *dst;	/* its copy in the child */
 	unsigned long start, end;	/* the PMDs that may be marked */
 	unsigned long nr_marked;	/* marks left, under lock */
+	unsigned long first_chunk;	/* index of its first chunk */
+};
+
+/*
+ * A kernel worker that copies chunks for the child, with the child's
+ * memory cgroup charged for the page tables it allocates.
+ */
+struct async_fork_helper {
+	struct work_struct work;
+	struct async_fork_ctx *ctx;
+	struct mem_cgroup *memcg;
 };
 
 struct async_fork_ctx {
@@ -87,6 +106,12 @@ struct async_fork_ctx {
 	struct pid *child;
 	struct callback_head work;
 	u64 start_ns;
+	/* The child's copy: chunks are handed out in order to its threads. */
+	atomic_long_t next_chunk;
+	unsigned long nr_chunks;
+	atomic_long_t helper_pmds;	/* tables copied by helpers */
+	atomic_t nr_helpers;		/* helpers still running */
+	struct completion helpers_done;
 	unsigned int nr_links;
 	unsigned int max_links;
 	struct async_fork_link links[] __counted_by(max_links);
@@ -96,6 +121,8 @@ struct async_fork_ctx {
 #define AF_FAILED	0	/* the child is being killed: no more copies */
 
 static int sysctl_async_fork __read_mostly = 1;
+static int sysctl_async_fork_copy_threads __read_mostly = 1;
+static int af_max_threads = AF_MAX_THREADS;
 
 DEFINE_STATIC_KEY_FALSE(async_fork_key);
 /* Contexts alive; the key stays on until the last one is gone. */
@@ -156,6 +183,15 @@ static struct ctl_table af_sysctls[] = {
 		.proc_handler	= af_sysctl_handler,
 		.extra1		= SYSCTL_ZERO,
 		.extra2		= SYSCTL_TWO,
+	},
+	{
+		.procname	= "async_fork_copy_threads",
+		.data		= &sysctl_async_fork_copy_threads,
+		.maxlen		= sizeof(sysctl_async_fork_copy_threads),
+		.mode		= 0644,
+		.proc_handler	= proc_dointvec_minmax,
+		.extra1		= SYSCTL_ONE,
+		.extra2		= &af_max_threads,
 	},
 };
 
@@ -530,8 +566,14 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 		af_ctx_put(ctx);
 		return;
 	}
-	for (i = 0; i < ctx->nr_links; i++)
-		pmds += ctx->links[i].nr_marked;
+	for (i = 0; i < ctx->nr_links; i++) {
+		struct async_fork_link *link = &ctx->links[i];
+
+		pmds += link->nr_marked;
+		link->first_chunk = ctx->nr_chunks;
+		ctx->nr_chunks += DIV_ROUND_UP(link->end - link->start,
+					       AF_CHUNK);
+	}
 	set_bit(MMF_ASYNC_FORK_LINKED, &ctx->links[0].src->vm_mm->flags);
 	count_vm_event(ASYNC_FORK);
 	trace_async_fork_start(ctx->links[0].src->vm_mm, mm, ctx->nr_links,
@@ -550,41 +592,127 @@ static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 	af_ctx_put(ctx);
 }
 
-/* The child copies, in batches, before it first returns to user space. */
+/*
+ * Copy chunks of @ctx until none is left or the copy has failed; the child
+ * and its helpers all run this.  Returns the number of tables copied.
+ */
+static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
+{
+	unsigned long idx, pmds = 0;
+	unsigned int i = 0;
+	long ret;
+
+	for (;;) {
+		struct async_fork_link *link;
+		unsigned long addr;
+
+		idx = atomic_long_fetch_inc(&ctx->next_chunk);
+		if (idx >= ctx->nr_chunks)
+			break;
+		/* Chunks are handed out in order: the link only moves on. */
+		while (i + 1 < ctx->nr_links &&
+		       ctx->links[i + 1].first_chunk <= idx)
+			i++;
+		link = &ctx->links[i];
+		addr = link->start + (idx - link->first_chunk) * AF_CHUNK;
+		if (child && fatal_signal_pending(current))
+			af_fail(ctx);
+		if (af_failed(ctx))
+			break;
+		mutex_lock(&link->lock);
+		ret = 0;
+		if (link->nr_marked)
+			ret = af_copy_range(link, addr, addr + AF_CHUNK);
+		mutex_unlock(&link->lock);
+		if (ret < 0)
+			break;
+		pmds += ret;
+		cond_resched();
+	}
+	return pmds;
+}
+
+static void af_helper_work(struct work_struct *work)
+{
+	struct async_fork_helper *h =
+		container_of(work, struct async_fork_helper, work);
+	struct async_fork_ctx *ctx = h->ctx;
+	struct mem_cgroup *old = set_active_memcg(h->memcg);
+
+	atomic_long_add(af_copy_chunks(ctx, false), &ctx->helper_pmds);
+	set_active_memcg(old);
+	if (atomic_dec_and_test(&ctx->nr_helpers))
+		complete(&ctx->helpers_done);
+}
+
+/*
+ * Start up to vm.async_fork_copy_threads - 1 helpers for the child's copy.
+ * Returns their array (NULL if none), to be freed after helpers_done.
+ */
+static struct async_fork_helper *af_start_helpers(struct mm_struct *mm,
+						  struct async_fork_ctx *ctx,
+						  unsigned int *nr)
+{
+	unsigned int i, n = READ_ONCE(sysctl_async_fork_copy_threads) - 1;
+	struct async_fork_helper *h;
+	struct mem_cgroup *memcg;
+
+	n = min_t(unsigned long, n, ctx->nr_chunks - 1);
+	*nr = 0;
+	if (!n)
+		return NULL;
+	/* Fewer helpers, or none, if this fails: the child copies the rest. */
+	h = kcalloc(n, sizeof(*h), GFP_KERNEL | __GFP_NOWARN);
+	if (!h)
+		return NULL;
+	memcg = get_mem_cgroup_from_mm(mm);
+	init_completion(&ctx->helpers_done);
+	atomic_set(&ctx->nr_helpers, n);
+	for (i = 0; i < n; i++) {
+		h[i].ctx = ctx;
+		h[i].memcg = memcg;
+		INIT_WORK(&h[i].work, af_helper_work);
+		queue_work(system_unbound_wq, &h[i].work);
+	}
+	*nr = n;
+	return h;
+}
+
+/* The child copies, with its helpers, before it returns to user space. */
 static void af_child_copy(struct mm_struct *mm, struct async_fork_ctx *ctx)
 {
-	unsigned long addr, pmds = 0;
-	unsigned int i;
-	long ret = 0;
+	struct async_fork_helper *helpers;
+	unsigned int nr_helpers;
+	unsigned long pmds;
+	int err = 0;
 
-	for (i = 0; i < ctx->nr_links && ret >= 0; i++) {
-		struct async_fork_link *link = &ctx->links[i];
-
-		for (addr = link->start; addr < link->end && ret >= 0;
-		     addr += AF_BATCH * PMD_SIZE) {
-			if (fatal_signal_pending(current))
-				af_fail(ctx);
-			mutex_lock(&link->lock);
-			ret = 0;
-			if (link->nr_marked)
-				ret = af_copy_range(link, addr,
-						    addr + AF_BATCH * PMD_SIZE);
-			mutex_unlock(&link->lock);
-			if (ret > 0)
-				pmds += ret;
-			cond_resched();
+	helpers = af_start_helpers(mm, ctx, &nr_helpers);
+	pmds = af_copy_chunks(ctx, true);
+	if (helpers) {
+		/*
+		 * The helpers use the links, which the child's VMAs must
+		 * outlive.  A fatal signal only makes them stop sooner.
+		 */
+		if (wait_for_completion_killable(&ctx->helpers_done)) {
+			af_fail(ctx);
+			wait_for_completion(&ctx->helpers_done);
 		}
+		mem_cgroup_put(helpers[0].memcg);
+		kfree(helpers);
+		pmds += atomic_long_read(&ctx->helper_pmds);
 	}
-	if (ret < 0)
+	if (af_failed(ctx)) {
+		err = -EIO;
 		af_rollback(ctx);
+	}
 	count_vm_events(ASYNC_FORK_PMD_CHILD, pmds);
-	trace_async_fork_child_done(mm, pmds, ktime_get_ns() - ctx->start_ns,
-				    ret < 0 ? (int)ret : 0);
+	trace_async_fork_child_done(mm, pmds, nr_helpers + 1,
+				    ktime_get_ns() - ctx->start_ns, err);
 
 	mmap_write_lock(mm);
 	af_child_detach(mm, ctx);
 	mmap_write_unlock(mm);
-	if (ret < 0)
+	if (err)
 		force_sig(SIGKILL);
 }
 

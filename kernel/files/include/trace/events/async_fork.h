@@ -80,24 +80,26 @@ TRACE_EVENT(async_fork_sync,
  * after fork() began; @err is 0 or why the copy was abandoned.
  */
 TRACE_EVENT(async_fork_child_done,
-	    TP_PROTO(struct mm_struct *mm, unsigned long pmds, u64 duration_ns,
-		     int err),
+	    TP_PROTO(struct mm_struct *mm, unsigned long pmds,
+		     unsigned int threads, u64 duration_ns, int err),
 
-	    TP_ARGS(mm, pmds, duration_ns, err),
+	    TP_ARGS(mm, pmds, threads, duration_ns, err),
 
 	    TP_STRUCT__entry(__field(struct mm_struct *, mm)
 			     __field(unsigned long, pmds)
+			     __field(unsigned int, threads)
 			     __field(u64, duration_ns)
 			     __field(int, err)),
 
 	    TP_fast_assign(__entry->mm = mm;
 			   __entry->pmds = pmds;
+			   __entry->threads = threads;
 			   __entry->duration_ns = duration_ns;
 			   __entry->err = err;),
 
-	    TP_printk("child_mm=%p pmds=%lu duration_ns=%llu err=%d",
-		      __entry->mm, __entry->pmds, __entry->duration_ns,
-		      __entry->err)
+	    TP_printk("child_mm=%p pmds=%lu threads=%u duration_ns=%llu err=%d",
+		      __entry->mm, __entry->pmds, __entry->threads,
+		      __entry->duration_ns, __entry->err)
 );
 
 #endif /* _TRACE_ASYNC_FORK_H */
