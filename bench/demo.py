@@ -35,6 +35,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="256,512,1024,2048",
                     help="resident sizes in MiB, comma-separated (default 256,512,1024,2048)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", default="1,2",
+                    help="vm.async_fork_copy_threads values to measure Async-fork with "
+                         "(default 1,2; the main table uses the first)")
     ap.add_argument("--out", default=str(TOP / "build/results/demo"))
     a = ap.parse_args(argv)
 
@@ -53,6 +56,14 @@ def main(argv=None) -> int:
         print(f"demo: sizes {too_big} MiB do not fit a {memory} guest (it needs 768 MiB "
               f"for itself): pass --memory larger or --sizes smaller", file=sys.stderr)
         return 2
+    try:
+        threads = [int(t) for t in a.threads.split(",")]
+    except ValueError:
+        threads = []
+    if not threads or any(not 1 <= t <= 32 for t in threads):
+        print(f"demo: --threads must be numbers from 1 to 32 like 1,2, not '{a.threads}'",
+              file=sys.stderr)
+        return 2
     if a.repeat < 1:
         print("demo: --repeat must be at least 1", file=sys.stderr)
         return 2
@@ -60,15 +71,20 @@ def main(argv=None) -> int:
     bench = TOP / "build/bench/forkbench"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    cmds = [f"{bench} --size-mb {s} {'--thp ' if thp else ''}--repeat {a.repeat}"
-            for s in sizes for thp in (False, True)]
+    # Each size: the default fork, then Async-fork with each thread count.
+    cmds = [f"sysctl -qw vm.async_fork_copy_threads={t or 1} && "
+            f"{bench} --size-mb {s} {'--thp ' if thp else ''}{'--async ' if t else ''}"
+            f"--repeat {a.repeat}"
+            for s in sizes for thp in (False, True) for t in [None] + threads]
     script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl" for c in cmds)
     (out / "forkbench.jsonl").unlink(missing_ok=True)
     print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
           f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}; sizes {sizes} MiB", flush=True)
     try:
-        r = vm.run(a.kernel, f"echo always > /sys/kernel/mm/transparent_hugepage/enabled && {script}",
-                   memory=memory, cpus=2, timeout=300 + 60 * sum(sizes) // 256,
+        r = vm.run(a.kernel, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && "
+                   f"sysctl -qw vm.async_fork=1 && {script}",
+                   memory=memory, cpus=2,
+                   timeout=300 + 60 * (1 + len(threads)) * sum(sizes) // 256,
                    rwdirs=[out], log_path=out / "console.log")
     except vm.VMError as e:
         print(f"demo: {e}", file=sys.stderr)
@@ -80,17 +96,32 @@ def main(argv=None) -> int:
     rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]
     meta = {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
             "guest_memory": memory, "guest_cpus": 2, "kvm": vm.kvm_usable(),
-            "sizes_mb": sizes, "repeat": a.repeat}
+            "sizes_mb": sizes, "repeat": a.repeat, "copy_threads": threads}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"\nfork() of a process with a resident anonymous heap, default fork, "
-          f"kernel {vm.kernel_release(Path(a.kernel))}, median of {a.repeat}")
-    print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'child runs ms':>14}")
+    print(f"\nfork() of a process with a resident anonymous heap, default fork and "
+          f"Async-fork in one boot,\nkernel {vm.kernel_release(Path(a.kernel))}, "
+          f"median of {a.repeat}; 'child runs': fork() call to the child's first instruction")
+    print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'async ms':>9} {'ratio':>7} "
+          f"{'child runs ms':>14} {'async':>9}")
+
+    def med(s, thp, af, key, t=threads[0]):
+        sel = [x[key] for x in rows if x["size_mb"] == s and x["thp"] == thp
+               and x.get("async", False) == af and (not af or x.get("copy_threads") == t)]
+        return statistics.median(sel) / 1e3
+
     for s in sizes:
         for thp in (False, True):
-            sel = [x for x in rows if x["size_mb"] == s and x["thp"] == thp]
-            f = statistics.median(x["fork_us"] for x in sel) / 1e3
-            c = statistics.median(x["child_us"] for x in sel) / 1e3
-            print(f"{s:>7} MiB {'THP' if thp else '4K':>6} {f:>10.2f} {c:>14.2f}")
+            f, fa = med(s, thp, False, "fork_us"), med(s, thp, True, "fork_us")
+            c, ca = med(s, thp, False, "child_us"), med(s, thp, True, "child_us")
+            print(f"{s:>7} MiB {'THP' if thp else '4K':>6} {f:>10.2f} {fa:>9.3f} "
+                  f"{f / fa:>6.0f}x {c:>14.2f} {ca:>9.2f}")
+    if len(threads) > 1:
+        print("\nAsync-fork, 4 KiB pages: fork() call to the child's first instruction "
+              "(its whole copy), ms, by vm.async_fork_copy_threads")
+        print(f"{'resident':>10} " + " ".join(f"{t:>8}" for t in threads))
+        for s in sizes:
+            print(f"{s:>7} MiB " + " ".join(f"{med(s, False, True, 'child_us', t):>8.2f}"
+                                            for t in threads))
     print(f"\nraw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
     if not vm.kvm_usable():
         print("note: this guest runs under TCG emulation; compare ratios within one run, "

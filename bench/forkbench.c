@@ -3,14 +3,17 @@
  * forkbench: how long fork() keeps a process with a large resident heap out
  * of service, and how long until its child can run.
  *
- *   forkbench --size-mb N [--thp] [--repeat R]
+ *   forkbench --size-mb N [--thp] [--async] [--repeat R]
  *
  * Maps N MiB of anonymous memory (4 KiB pages, or THP with --thp), writes
- * every page, then forks R times.  For each fork it prints one JSON line:
+ * every page, then forks R times; with --async it first asks for Async-fork
+ * (prctl PR_SET_ASYNC_FORK, honoured while vm.async_fork is 1 or 2).  For
+ * each fork it prints one JSON line:
  *
  *   fork_us   time the parent spent inside fork()
  *   child_us  time from the fork() call until the child ran its first
  *             user instruction (with Async-fork: after its page-table copy)
+ *   copy_threads  vm.async_fork_copy_threads at the time (0: no such sysctl)
  *
  * The child also checks one word per page against the pre-fork contents, so
  * a benchmark run cannot report figures from a broken snapshot.
@@ -22,9 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef PR_SET_ASYNC_FORK
+#define PR_SET_ASYNC_FORK	0x41464b01
+#endif
 
 static uint64_t now_ns(void)
 {
@@ -34,9 +42,22 @@ static uint64_t now_ns(void)
 	return ts.tv_sec * 1000000000ULL + ts.tv_nsec;
 }
 
+static long copy_threads(void)
+{
+	FILE *f = fopen("/proc/sys/vm/async_fork_copy_threads", "r");
+	long n = 0;
+
+	if (f) {
+		if (fscanf(f, "%ld", &n) != 1)
+			n = 0;
+		fclose(f);
+	}
+	return n;
+}
+
 static void usage(const char *argv0)
 {
-	fprintf(stderr, "usage: %s --size-mb N [--thp] [--repeat R]\n", argv0);
+	fprintf(stderr, "usage: %s --size-mb N [--thp] [--async] [--repeat R]\n", argv0);
 	exit(2);
 }
 
@@ -46,10 +67,11 @@ int main(int argc, char **argv)
 		{ "size-mb", required_argument, NULL, 's' },
 		{ "thp", no_argument, NULL, 't' },
 		{ "repeat", required_argument, NULL, 'r' },
+		{ "async", no_argument, NULL, 'a' },
 		{ }
 	};
-	long size_mb = 0, repeat = 3, page = sysconf(_SC_PAGESIZE);
-	int thp = 0, c;
+	long size_mb = 0, repeat = 3, page = sysconf(_SC_PAGESIZE), threads;
+	int thp = 0, async = 0, c;
 	size_t size, off;
 	char *mem, *end;
 
@@ -63,6 +85,9 @@ int main(int argc, char **argv)
 		case 't':
 			thp = 1;
 			break;
+		case 'a':
+			async = 1;
+			break;
 		case 'r':
 			repeat = strtol(optarg, &end, 10);
 			if (*end || repeat <= 0)
@@ -75,6 +100,10 @@ int main(int argc, char **argv)
 	if (!size_mb || optind != argc)
 		usage(argv[0]);
 
+	if (async && prctl(PR_SET_ASYNC_FORK, 1, 0, 0, 0)) {
+		perror("prctl(PR_SET_ASYNC_FORK): kernel without Async-fork?");
+		return 1;
+	}
 	size = (size_t)size_mb << 20;
 	mem = mmap(NULL, size, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -88,6 +117,7 @@ int main(int argc, char **argv)
 	}
 	for (off = 0; off < size; off += page)
 		*(uint64_t *)(mem + off) = off ^ 0x5a5a5a5a;
+	threads = copy_threads();
 
 	for (long i = 0; i < repeat; i++) {
 		int p[2], status;
@@ -124,8 +154,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "forkbench: child saw a wrong snapshot\n");
 			return 1;
 		}
-		printf("{\"size_mb\": %ld, \"thp\": %s, \"fork_us\": %.1f, \"child_us\": %.1f}\n",
-		       size_mb, thp ? "true" : "false", (t1 - t0) / 1e3, (tc - t0) / 1e3);
+		printf("{\"size_mb\": %ld, \"thp\": %s, \"async\": %s, \"fork_us\": %.1f, "
+		       "\"child_us\": %.1f, \"copy_threads\": %ld}\n", size_mb,
+		       thp ? "true" : "false", async ? "true" : "false",
+		       (t1 - t0) / 1e3, (tc - t0) / 1e3, threads);
 		fflush(stdout);
 		close(p[0]);
 		close(p[1]);

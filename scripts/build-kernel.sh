@@ -3,6 +3,8 @@
 #
 #   lean:  make tinyconfig + kernel/configs/lean.config
 #   debug: make tinyconfig + kernel/configs/lean.config + kernel/configs/debug.config
+#   off:   make tinyconfig + kernel/configs/lean.config + kernel/configs/off.config
+#          (CONFIG_ASYNC_FORK=n, for make check-series)
 #
 # Usage: build-kernel.sh FLAVOUR BUILD_DIR   (BUILD_DIR/linux must be prepared)
 # Result: BUILD_DIR/FLAVOUR/arch/x86/boot/bzImage and BUILD_DIR/FLAVOUR/kernelrelease
@@ -10,7 +12,7 @@ set -euo pipefail
 
 die() { echo "build-kernel: $*" >&2; exit 1; }
 
-[ $# -eq 2 ] || die "usage: build-kernel.sh lean|debug BUILD_DIR"
+[ $# -eq 2 ] || die "usage: build-kernel.sh lean|debug|off BUILD_DIR"
 flavour=$1
 build=$(cd "$2" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +21,8 @@ out=$build/$flavour
 case "$flavour" in
 lean)  fragments=("$top/kernel/configs/lean.config") ;;
 debug) fragments=("$top/kernel/configs/lean.config" "$top/kernel/configs/debug.config") ;;
-*)     die "unknown kernel flavour '$flavour' (use lean or debug)" ;;
+off)   fragments=("$top/kernel/configs/lean.config" "$top/kernel/configs/off.config") ;;
+*)     die "unknown kernel flavour '$flavour' (use lean, debug or off)" ;;
 esac
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
 

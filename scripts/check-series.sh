@@ -1,8 +1,12 @@
 #!/bin/bash
 # Check that every prefix of the patch series applies and builds: the tree
-# with patches 1..k, for each k, must build the debug kernel (and the
-# selftests a patch touches must still compile).  Uses its own build folder
-# so that build/linux and build/debug are left as they are.
+# with patches 1..k, for each k, must build the lean kernel (which has
+# CONFIG_ASYNC_FORK=y), the mm selftests if patch k touches them, and the
+# whole series must also build with CONFIG_ASYNC_FORK=n.  A patch that
+# touches only tools/ or Documentation/ leaves the kernel as the previous
+# prefix had it, so its kernel build is skipped.  The debug kernel of the
+# whole series is what "make test" builds.  Uses its own build folder, so
+# that build/linux and the kernels there are left as they are.
 #
 # Usage: check-series.sh TARBALL BUILD_DIR
 set -euo pipefail
@@ -24,17 +28,30 @@ if [ -f "$build/pristine.done" ] && [ ! -e "$work/pristine" ]; then
 	touch "$work/pristine.done"
 fi
 
+# Does patch $1 change anything the kernel build reads?
+touches_kernel() {
+	grep '^+++ b/' "$top/kernel/patches/$1" | sed 's|^+++ b/||' |
+		grep -qv -e '^tools/' -e '^Documentation/'
+}
+
 for k in $(seq 1 ${#patches[@]}); do
 	p=${patches[$((k - 1))]}
 	printf '%s\n' "${patches[@]:0:k}" > "$work/patches/series"
 	cp "$top/kernel/patches/$p" "$work/patches/"
 	echo "check-series: [$k/${#patches[@]}] $p"
 	ASYNC_FORK_PATCHES=$work/patches "$top/scripts/prepare-source.sh" "$tarball" "$work" >/dev/null
-	"$top/scripts/build-kernel.sh" debug "$work" >/dev/null ||
-		die "the tree does not build with patches 1..$k (last: $p)"
+	if touches_kernel "$p"; then
+		"$top/scripts/build-kernel.sh" lean "$work" >/dev/null ||
+			die "the kernel does not build with patches 1..$k (last: $p)"
+	else
+		echo "check-series:   tools/ and Documentation/ only: kernel build skipped"
+	fi
 	if grep -q '^+++ b/tools/testing/selftests/mm/' "$top/kernel/patches/$p"; then
 		"$top/scripts/build-upstream-selftests.sh" "$work" >/dev/null 2>&1 ||
 			die "mm selftests do not build with patches 1..$k (last: $p)"
 	fi
 done
-echo "check-series: all ${#patches[@]} prefixes of the series build"
+echo "check-series: the whole series with CONFIG_ASYNC_FORK=n"
+"$top/scripts/build-kernel.sh" off "$work" >/dev/null ||
+	die "the kernel does not build with CONFIG_ASYNC_FORK=n"
+echo "check-series: all ${#patches[@]} prefixes of the series build, and the series without CONFIG_ASYNC_FORK"

@@ -243,18 +243,32 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
                              cwd=TOP, env=env)
         copier = threading.Thread(target=_copy, args=(p.stdout, log, echo), daemon=True)
         copier.start()
+        # SIGTERM (pkill, a CI runner giving up) becomes SystemExit, so that
+        # QEMU goes with us instead of running on alone.
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGTERM, _exit_on_signal) if main else None
         try:
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+        except BaseException:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, old)
         copier.join(timeout=10)
     elapsed = time.monotonic() - start
     os.unlink(script)
     console = log_path.read_text(errors="replace")
     rc = None if timed_out else p.returncode
     return VMResult(rc, timed_out, elapsed, console, log_path, kernel_reports(console))
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _copy(src, log, echo):

@@ -6,8 +6,11 @@
  *
  * One fixture, one variant per kind of memory: 4 KiB anonymous pages,
  * PMD-mapped THP, PTE-mapped THP, a private file mapping partly COWed.
- * The same tests later guard Async-fork, where the child copies the page
- * tables after fork() has returned in the parent.
+ * The same tests guard Async-fork, where the child copies the page tables
+ * after fork() has returned in the parent.  FORK_SNAPSHOT_EXPECT_ASYNC=1
+ * (run with vm.async_fork=2) makes every fork of a 4 KiB or PTE-mapped
+ * region prove, by /proc/vmstat, that it went the asynchronous way;
+ * FORK_SNAPSHOT_EXPECT_ASYNC=0 (vm.async_fork=0) that none did.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #include "kselftest_harness.h"
+#include "snapshot.h"
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE	25	/* glibc 2.36 headers predate it */
@@ -42,35 +46,6 @@ enum backing {
 	ANON_THP_PTE_MAPPED,
 	FILE_PRIVATE,
 };
-
-/* Pattern of seed @seed at 8-byte word @i: differs per word and per seed. */
-static inline uint64_t pattern(uint64_t seed, uint64_t i)
-{
-	uint64_t x = (seed << 40) ^ i ^ 0x9e3779b97f4a7c15ULL;
-
-	x ^= x >> 31;
-	x *= 0xbf58476d1ce4e5b9ULL;
-	return x ^ (x >> 29);
-}
-
-static void fill(void *mem, size_t size, uint64_t seed)
-{
-	uint64_t *w = mem;
-
-	for (size_t i = 0; i < size / 8; i++)
-		w[i] = pattern(seed, i);
-}
-
-/* Offset of the first byte that is not pattern @seed, or -1. */
-static long mismatch(const void *mem, size_t size, uint64_t seed)
-{
-	const uint64_t *w = mem;
-
-	for (size_t i = 0; i < size / 8; i++)
-		if (w[i] != pattern(seed, i))
-			return i * 8;
-	return -1;
-}
 
 /* AnonHugePages of the mapping that starts at @addr, in KiB, or -1. */
 static long anon_huge_kb(void *addr)
@@ -204,6 +179,62 @@ FIXTURE_TEARDOWN(snapshot)
 		munmap(self->mem, self->size);
 }
 
+/* What FORK_SNAPSHOT_EXPECT_ASYNC asks of this variant: 1, 0, or -1 (nothing). */
+static int expect_async(const FIXTURE_VARIANT(snapshot) *variant)
+{
+	const char *e = getenv("FORK_SNAPSHOT_EXPECT_ASYNC");
+
+	if (!e || !*e)
+		return -1;
+	if (*e == '0')
+		return 0;
+	/* PMD-mapped THP and private files are copied at fork() as before. */
+	return variant->backing == ANON_4K || variant->backing == ANON_THP_PTE_MAPPED ?
+		1 : -1;
+}
+
+struct af_counts {
+	long forks, tables;
+};
+
+static struct af_counts af_counts(void)
+{
+	return (struct af_counts){
+		vmstat("async_fork"),
+		vmstat("async_fork_pmd_child") + vmstat("async_fork_pmd_sync"),
+	};
+}
+
+/*
+ * Check that the fork(s) since @before went the way the run expects: an
+ * async fork of the region leaves each of its PMDs to the child (or to the
+ * parent's synchronization), so at least that many tables were copied.
+ */
+static void check_async(struct __test_metadata *_metadata,
+			const FIXTURE_VARIANT(snapshot) *variant,
+			struct af_counts before)
+{
+	struct af_counts now = af_counts();
+	int want = expect_async(variant);
+
+	if (want < 0)
+		return;
+	ASSERT_GE(before.forks, 0) {
+		TH_LOG("no async_fork counters in /proc/vmstat");
+	}
+	if (want) {
+		ASSERT_GE(now.forks - before.forks, 1);
+		/*
+		 * khugepaged may have collapsed some of a MADV_HUGEPAGE region
+		 * back into PMD-mapped THP (copied at fork) since the last fork.
+		 */
+		ASSERT_GE(now.tables - before.tables,
+			  variant->backing == ANON_4K ? (long)(REGION_SIZE / SZ_2M) : 1L);
+	} else {
+		ASSERT_EQ(now.forks - before.forks, 0);
+	}
+}
+
 /* Child: wait for the parent's go on @fd, then check the pre-fork contents. */
 static void __attribute__((noreturn)) child_check(int fd, const char *mem, size_t size)
 {
@@ -244,6 +275,7 @@ typedef void (*parent_op)(struct __test_metadata *_metadata,
 static void run_op(struct __test_metadata *_metadata, FIXTURE_DATA(snapshot) *self,
 		   const FIXTURE_VARIANT(snapshot) *variant, parent_op op)
 {
+	struct af_counts before = af_counts();
 	int go[2];
 	pid_t pid;
 
@@ -254,6 +286,7 @@ static void run_op(struct __test_metadata *_metadata, FIXTURE_DATA(snapshot) *se
 		child_check(go[0], self->mem, self->size);
 	op(_metadata, self, variant);
 	release_child(_metadata, go, pid);
+	check_async(_metadata, variant, before);
 }
 
 #define PARENT_OP_TEST(name)						\
@@ -485,6 +518,64 @@ PARENT_OP_TEST(proc_self_mem_write)
 	close(fd);
 	free(buf);
 	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+/*
+ * Soft-dirty bits (pagemap bit 55) of the pages of @mem: 1 if all are set,
+ * 0 if none is, -1 if some are, -2 on error.
+ */
+static int soft_dirty(const char *mem, size_t size)
+{
+	size_t pages = size / 4096, set = 0;
+	uint64_t *ent = malloc(pages * sizeof(*ent));
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+	ssize_t len = pages * sizeof(*ent);
+	int ret = -2;
+
+	if (ent && fd >= 0 &&
+	    pread(fd, ent, len, (uintptr_t)mem / 4096 * sizeof(*ent)) == len) {
+		for (size_t i = 0; i < pages; i++)
+			set += (ent[i] >> 55) & 1;
+		ret = set == pages ? 1 : set == 0 ? 0 : -1;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(ent);
+	return ret;
+}
+
+static void clear_soft_dirty(struct __test_metadata *_metadata)
+{
+	int fd = open("/proc/self/clear_refs", O_WRONLY);
+
+	ASSERT_GE(fd, 0);
+	ASSERT_EQ(write(fd, "4", 1), 1);
+	close(fd);
+}
+
+static void op_clear_refs(struct __test_metadata *_metadata,
+			  FIXTURE_DATA(snapshot) *self,
+			  const FIXTURE_VARIANT(snapshot) *variant)
+{
+	clear_soft_dirty(_metadata);
+	ASSERT_EQ(soft_dirty(self->mem, self->size), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	fill(self->mem, self->size, 2);
+	ASSERT_EQ(soft_dirty(self->mem, self->size), 1);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+TEST_F_TIMEOUT(snapshot, parent_clear_refs_soft_dirty, CASE_TIMEOUT)
+{
+	/*
+	 * The first clear also clears VM_SOFTDIRTY, which changes the VMA;
+	 * after it, a clear is only the page-table walk that write-protects
+	 * PTEs (clear_refs_pte_range()), which is what runs after fork().
+	 */
+	clear_soft_dirty(_metadata);
+	fill(self->mem, self->size, 1);
+	ASSERT_EQ(soft_dirty(self->mem, self->size), 1);
+	run_op(_metadata, self, variant, op_clear_refs);
 }
 
 struct writer {

@@ -1,0 +1,777 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Async-fork: fork() without the wait for the page-table copy.
+ *
+ * fork() copies the page tables of the parent, and the parent is stopped
+ * for as long as that takes: tens of milliseconds per GB, which is what the
+ * clients of an in-memory database that snapshots by fork() feel.  With
+ * Async-fork, fork() does everything it does today except the copy of the
+ * PTE tables of private anonymous memory: it copies the upper levels, and
+ * for each PMD that lies entirely inside such a VMA and points to a PTE
+ * table it clears the RW bit of the parent's PMD entry (the "mark") instead
+ * of copying the table.  The parent returns at once.  The child copies the
+ * marked tables, exactly as copy_pte_range() would have at fork (COW,
+ * anon-exclusive and pinned pages, swap and migration entries, rss), before
+ * it first runs user code, and clears each mark when its table is copied.
+ *
+ * Meanwhile the parent must not change what the child has still to copy.
+ * Its own writes fault on the mark; the fault handler, and every other path
+ * that changes the parent's PTEs or depends on them, first copies the table
+ * to the child itself ("synchronization", async_fork_sync_range()).  Paths
+ * that change a VMA go through vma_start_write(), which finishes the copy of
+ * that VMA.  The child, in turn, copies a table on demand if something
+ * touches its memory before its copy is done (a signal frame, ptrace).
+ *
+ * The child may share its copy with kernel workers
+ * (vm.async_fork_copy_threads): the tables are split into chunks of
+ * AF_BATCH, handed out in address order to whichever thread asks next, and
+ * the child waits for its helpers before it lets go of its links.
+ *
+ * Lock rule
+ *
+ * A mark is set only by fork(), under the parent's mmap_lock held for
+ * writing and with the VMA write-locked.  The VMA and its copy in the child
+ * are joined by a link.  link->lock serializes everything that removes a
+ * mark of the link: whoever holds it and still sees a mark copies the table
+ * (or, once the fork has failed, only removes the mark); nobody else changes
+ * a marked entry, except the CPU setting its Accessed bit.  So parent and
+ * child never copy a table twice, and neither ever waits for more than the
+ * one batch of tables the other is copying.  While link->lock is held and
+ * link->nr_marked is not 0, both VMAs of the link and their page tables
+ * stay: the parent finishes a link before it changes the VMA or exits, and
+ * the child rolls its links back before its mm goes away.
+ *
+ * Lock order: mmap_lock or VMA lock (of either mm) -> link->lock -> the PTE
+ * locks of the child, then of the parent (copy_pte_range()).  A task holds
+ * at most one link->lock, and takes no mmap_lock under it.
+ *
+ * From the end of fork() until its last table is copied, the parent's
+ * write_protect_seq stays held for writing, as it is while fork() copies
+ * page tables: GUP-fast pins in the parent take the slow path meanwhile,
+ * and the copies run with the seqcount held as folio_try_dup_anon_rmap_*()
+ * requires.  Its writers stay serialized because a parent has at most one
+ * fork in progress: fork() finishes the previous one before it copies
+ * anything (async_fork_begin()).
+ */
+
+#include <linux/async_fork.h>
+#include <linux/memcontrol.h>
+#include <linux/mm.h>
+#include <linux/mmu_notifier.h>
+#include <linux/mutex.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/sysctl.h>
+#include <linux/task_work.h>
+#include <linux/userfaultfd_k.h>
+#include <linux/vmstat.h>
+#include <linux/workqueue.h>
+
+#define CREATE_TRACE_POINTS
+#include <trace/events/async_fork.h>
+
+#include "internal.h"
+
+/* Tables the child copies under one hold of link->lock: one "chunk". */
+#define AF_BATCH	8
+#define AF_CHUNK	(AF_BATCH * PMD_SIZE)
+/* Upper limit of vm.async_fork_copy_threads. */
+#define AF_MAX_THREADS	32
+
+struct async_fork_link {
+	struct mutex lock;		/* serializes copiers: see the lock rule */
+	struct async_fork_ctx *ctx;
+	struct vm_area_struct *src;	/* the parent's VMA */
+	struct vm_area_struct *dst;	/* its copy in the child */
+	unsigned long start, end;	/* the PMDs that may be marked */
+	unsigned long nr_marked;	/* marks left, under lock */
+	unsigned long first_chunk;	/* index of its first chunk */
+};
+
+/*
+ * A kernel worker that copies chunks for the child, with the child's
+ * memory cgroup charged for the page tables it allocates.
+ */
+struct async_fork_helper {
+	struct work_struct work;
+	struct async_fork_ctx *ctx;
+	struct mem_cgroup *memcg;
+};
+
+struct async_fork_ctx {
+	refcount_t ref;		/* child mm, task_work, each parent VMA */
+	atomic_t nr_pending;	/* links with marks left */
+	unsigned long flags;
+	struct pid *child;
+	struct callback_head work;
+	u64 start_ns;
+	/* The child's copy: chunks are handed out in order to its threads. */
+	atomic_long_t next_chunk;
+	unsigned long nr_chunks;
+	atomic_long_t helper_pmds;	/* tables copied by helpers */
+	atomic_t nr_helpers;		/* helpers still running */
+	struct completion helpers_done;
+	unsigned int nr_links;
+	unsigned int max_links;
+	struct async_fork_link links[] __counted_by(max_links);
+};
+
+/* ctx->flags */
+#define AF_FAILED	0	/* the child is being killed: no more copies */
+
+static int sysctl_async_fork __read_mostly = 1;
+static int sysctl_async_fork_copy_threads __read_mostly = 1;
+static int af_max_threads = AF_MAX_THREADS;
+
+DEFINE_STATIC_KEY_FALSE(async_fork_key);
+/* Contexts alive; the key stays on until the last one is gone. */
+static atomic_t af_live = ATOMIC_INIT(0);
+static DEFINE_MUTEX(af_key_mutex);
+
+static void af_key_update(struct work_struct *work)
+{
+	mutex_lock(&af_key_mutex);
+	if (READ_ONCE(sysctl_async_fork))
+		static_branch_enable(&async_fork_key);
+	else if (!atomic_read(&af_live))
+		static_branch_disable(&async_fork_key);
+	mutex_unlock(&af_key_mutex);
+}
+
+static DECLARE_WORK(af_key_work, af_key_update);
+
+/*
+ * Does this fork of @mm want to be asynchronous?  vm.async_fork: 0 never,
+ * 1 when the process (prctl) or its memory cgroup asked for it, 2 always.
+ */
+static bool af_wanted(struct mm_struct *mm)
+{
+	switch (READ_ONCE(sysctl_async_fork)) {
+	case 1:
+		return test_bit(MMF_ASYNC_FORK, &mm->flags) ||
+		       mem_cgroup_async_fork();
+	case 2:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static int af_sysctl_handler(const struct ctl_table *table, int write,
+			     void *buffer, size_t *lenp, loff_t *ppos)
+{
+	int ret;
+
+	mutex_lock(&af_key_mutex);
+	ret = proc_dointvec_minmax(table, write, buffer, lenp, ppos);
+	mutex_unlock(&af_key_mutex);
+	if (!ret && write) {
+		/* Pairs with the barrier in async_fork_begin(). */
+		smp_mb();
+		af_key_update(NULL);
+	}
+	return ret;
+}
+
+static struct ctl_table af_sysctls[] = {
+	{
+		.procname	= "async_fork",
+		.data		= &sysctl_async_fork,
+		.maxlen		= sizeof(sysctl_async_fork),
+		.mode		= 0644,
+		.proc_handler	= af_sysctl_handler,
+		.extra1		= SYSCTL_ZERO,
+		.extra2		= SYSCTL_TWO,
+	},
+	{
+		.procname	= "async_fork_copy_threads",
+		.data		= &sysctl_async_fork_copy_threads,
+		.maxlen		= sizeof(sysctl_async_fork_copy_threads),
+		.mode		= 0644,
+		.proc_handler	= proc_dointvec_minmax,
+		.extra1		= SYSCTL_ONE,
+		.extra2		= &af_max_threads,
+	},
+};
+
+static void af_fallback(struct mm_struct *mm, const char *reason)
+{
+	count_vm_event(ASYNC_FORK_FALLBACK);
+	trace_async_fork_fallback(mm, reason);
+}
+
+static void af_ctx_put(struct async_fork_ctx *ctx)
+{
+	if (!refcount_dec_and_test(&ctx->ref))
+		return;
+	put_pid(ctx->child);
+	kvfree(ctx);
+	/* Pairs with the barrier in async_fork_begin(). */
+	if (atomic_dec_and_test(&af_live) && !READ_ONCE(sysctl_async_fork))
+		schedule_work(&af_key_work);
+}
+
+static bool af_failed(struct async_fork_ctx *ctx)
+{
+	return test_bit(AF_FAILED, &ctx->flags);
+}
+
+/* The child's copy cannot be completed: it must never run user code. */
+static void af_fail(struct async_fork_ctx *ctx)
+{
+	if (test_and_set_bit(AF_FAILED, &ctx->flags))
+		return;
+	count_vm_event(ASYNC_FORK_ERROR);
+	if (ctx->child)
+		kill_pid(ctx->child, SIGKILL, 1);
+}
+
+/*
+ * Copy the table under the marked PMD at @addr to the child and remove the
+ * mark; only remove it if !@copy.  Returns 1 if a table was copied, 0 if
+ * there was no mark, or an error.  Called with link->lock held.
+ */
+static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
+		       bool copy)
+{
+	struct vm_area_struct *src = link->src, *dst = link->dst;
+	pmd_t *src_pmd, *dst_pmd;
+	int err = 0;
+
+	lockdep_assert_held(&link->lock);
+	src_pmd = mm_find_pmd(src->vm_mm, addr);
+	if (!src_pmd || !pmd_async_fork_marked(pmdp_get_lockless(src_pmd)))
+		return 0;
+	if (copy) {
+		/* fork() allocated the child's PMD table: copy_pmd_range(). */
+		dst_pmd = mm_find_pmd(dst->vm_mm, addr);
+		if (WARN_ON_ONCE(!dst_pmd))
+			err = -EFAULT;
+		else
+			err = copy_deferred_pte_table(dst, src, dst_pmd,
+						      src_pmd, addr);
+	}
+	/*
+	 * The parent's PTEs were write-protected under the mark, and no
+	 * writable TLB entry can exist below a mark (fork() flushed), so the
+	 * mark can go without a flush: a stale read-only entry costs one
+	 * spurious fault at most.
+	 */
+	pmdp_async_fork_unmark(src_pmd);
+	/* The last mark of the fork: see write_protect_seq above. */
+	if (!--link->nr_marked && atomic_dec_and_test(&link->ctx->nr_pending))
+		raw_write_seqcount_end(&src->vm_mm->write_protect_seq);
+	return err ? err : copy;
+}
+
+/*
+ * Copy the marked tables of [start, end) of @link (remove their marks if
+ * the fork failed).  Returns the number of tables copied, or -EIO if the
+ * child is being killed.  Called with link->lock held.
+ */
+static long af_copy_range(struct async_fork_link *link, unsigned long start,
+			  unsigned long end)
+{
+	unsigned long addr;
+	long copied = 0;
+	int ret;
+
+	start = max(start & PMD_MASK, link->start);
+	end = min(end, link->end);
+	for (addr = start; addr < end && link->nr_marked; addr += PMD_SIZE) {
+		ret = af_copy_pmd(link, addr, !af_failed(link->ctx));
+		if (ret < 0)
+			af_fail(link->ctx);
+		else
+			copied += ret;
+	}
+	if (af_failed(link->ctx)) {
+		/* Nothing of this fork may stay marked for long. */
+		for (addr = link->start; addr < link->end && link->nr_marked;
+		     addr += PMD_SIZE)
+			af_copy_pmd(link, addr, false);
+		return -EIO;
+	}
+	return copied;
+}
+
+/*
+ * Make [start, end) of the link copied before @vma (of either side, held
+ * by the caller) changes.  Returns -EIO if the child's copy has failed.
+ */
+static int af_sync(struct async_fork_link *link, struct vm_area_struct *vma,
+		   unsigned long start, unsigned long end, bool vma_wide)
+{
+	bool parent = vma == link->src;
+	u64 t0 = ktime_get_ns();
+	long copied;
+
+	mutex_lock(&link->lock);
+	copied = link->nr_marked ? af_copy_range(link, start, end) : 0;
+	if (!copied && af_failed(link->ctx))
+		copied = -EIO;
+	mutex_unlock(&link->lock);
+	if (copied <= 0)
+		return copied;
+	/* On the child's side, the child copied on demand. */
+	count_vm_events(parent ? ASYNC_FORK_PMD_SYNC : ASYNC_FORK_PMD_CHILD,
+			copied);
+	if (vma_wide && parent)
+		count_vm_event(ASYNC_FORK_VMA_SYNC);
+	trace_async_fork_sync(vma->vm_mm, start, end, copied, vma_wide,
+			      ktime_get_ns() - t0);
+	return 0;
+}
+
+bool __async_fork_vma_pending(struct vm_area_struct *vma)
+{
+	struct async_fork_link *link = READ_ONCE(vma->async_fork);
+
+	/* Racy by design: nr_marked only goes down. */
+	return link && data_race(link->nr_marked);
+}
+
+bool __async_fork_is_child(struct vm_area_struct *vma)
+{
+	struct async_fork_link *link = READ_ONCE(vma->async_fork);
+
+	/* Racy by design, as above. */
+	return link && link->dst == vma && data_race(link->nr_marked);
+}
+
+vm_fault_t __async_fork_fault(struct vm_area_struct *vma, pmd_t *pmd,
+			      unsigned long address)
+{
+	struct async_fork_link *link = vma->async_fork;
+	unsigned long start = address & PMD_MASK;
+
+	if (link->src == vma) {
+		if (pmd_async_fork_marked(pmdp_get_lockless(pmd)))
+			af_sync(link, vma, start, start + PMD_SIZE, false);
+		return 0;
+	}
+	/*
+	 * The child touches its memory before its copy is done (a signal
+	 * frame, CLONE_CHILD_SETTID, ptrace): copy this table first.
+	 */
+	/* Racy: af_sync() checks again under link->lock. */
+	if (!data_race(link->nr_marked))
+		return 0;
+	return af_sync(link, vma, start, start + PMD_SIZE, false) ?
+		VM_FAULT_SIGBUS : 0;
+}
+
+void __async_fork_sync_range(struct vm_area_struct *vma, unsigned long start,
+			     unsigned long end)
+{
+	struct async_fork_link *link = vma->async_fork;
+
+	/* Racy: af_sync() checks again under link->lock. */
+	if (data_race(link->nr_marked))
+		af_sync(link, vma, start, end, false);
+}
+
+/*
+ * vma_start_write() on a VMA of either side of a link: the VMA is about to
+ * change, so finish its copy and detach it.  The caller holds the mmap_lock
+ * for writing and has write-locked the VMA, so no fault handler or walker
+ * can be looking at vma->async_fork.
+ */
+void async_fork_vma_write(struct vm_area_struct *vma)
+{
+	struct async_fork_link *link = vma->async_fork;
+	bool parent = link->src == vma;
+
+	mmap_assert_write_locked(vma->vm_mm);
+	/* Racy: af_sync() checks again under link->lock. */
+	if (data_race(link->nr_marked))
+		af_sync(link, vma, link->start, link->end, true);
+	vma->async_fork = NULL;
+	if (parent)
+		af_ctx_put(link->ctx);
+}
+
+/* Finish and detach every link of @mm; mmap_lock held for writing. */
+static void af_finish_mm(struct mm_struct *mm)
+{
+	struct vm_area_struct *vma;
+	struct vma_iterator vmi;
+
+	vma_iter_init(&vmi, mm, 0);
+	for_each_vma(vmi, vma) {
+		if (xa_is_zero(vma))
+			break;
+		if (vma->async_fork)
+			async_fork_vma_write(vma);
+	}
+}
+
+/* Is @vma private anonymous memory whose PTE tables fork() may defer? */
+static bool af_vma_deferrable(struct vm_area_struct *vma)
+{
+	/*
+	 * hugetlb, PFNMAP/MIXEDMAP and I/O mappings keep their own copy
+	 * paths; a range armed for userfaultfd must keep its uffd-wp bits
+	 * and must not see UFFDIO_COPY land before the child copied; shadow
+	 * stacks fault on reads through a mark.  File mappings are copied at
+	 * fork as before: truncation zaps them under i_mmap_rwsem, where the
+	 * copy could not allocate.
+	 */
+	if (!vma_is_anonymous(vma) || !vma->anon_vma)
+		return false;
+	if (vma->vm_flags & (VM_HUGETLB | VM_PFNMAP | VM_MIXEDMAP | VM_IO |
+			     VM_SHADOW_STACK | VM_WIPEONFORK | VM_DONTCOPY))
+		return false;
+	return !userfaultfd_armed(vma);
+}
+
+/*
+ * fork(), with oldmm's mmap_lock held for writing: decide whether this
+ * fork is asynchronous, and if so return its context.
+ */
+struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
+					struct mm_struct *mm)
+{
+	struct async_fork_ctx *ctx;
+
+	if (!static_branch_unlikely(&async_fork_key))
+		return NULL;
+	/* One fork in progress at a time: see write_protect_seq above. */
+	if (test_bit(MMF_ASYNC_FORK_LINKED, &oldmm->flags))
+		af_finish_mm(oldmm);
+	if (!af_wanted(oldmm))
+		return NULL;
+	/*
+	 * A page pinned before fork() may be written by a device at any
+	 * time: the child must get its copy now, not later.
+	 */
+	if (test_bit(MMF_HAS_PINNED, &oldmm->flags)) {
+		af_fallback(oldmm, "pinned");
+		return NULL;
+	}
+	atomic_inc(&af_live);
+	/* Count before reading the sysctl: pairs with af_sysctl_handler(). */
+	smp_mb__after_atomic();
+	if (!READ_ONCE(sysctl_async_fork)) {
+		if (atomic_dec_and_test(&af_live))
+			schedule_work(&af_key_work);
+		return NULL;
+	}
+	ctx = kvzalloc(struct_size(ctx, links, oldmm->map_count),
+		       GFP_KERNEL_ACCOUNT);
+	if (!ctx) {
+		if (atomic_dec_and_test(&af_live))
+			schedule_work(&af_key_work);
+		af_fallback(oldmm, "nomem");
+		return NULL;
+	}
+	refcount_set(&ctx->ref, 1);	/* the child's mm */
+	ctx->max_links = oldmm->map_count;
+	ctx->start_ns = ktime_get_ns();
+	mm->async_fork_ctx = ctx;
+	return ctx;
+}
+
+/* copy_pmd_range() leaves the table under @src_pmd to the child. */
+bool __async_fork_defer_pmd(struct vm_area_struct *dst_vma, pmd_t *src_pmd)
+{
+	struct async_fork_link *link = dst_vma->async_fork;
+
+	pmdp_async_fork_mark(src_pmd);
+	link->nr_marked++;
+	return true;
+}
+
+/* dup_mmap(): copy_page_range(), leaving what it can to the child. */
+int async_fork_copy_page_range(struct async_fork_ctx *ctx,
+			       struct vm_area_struct *dst_vma,
+			       struct vm_area_struct *src_vma)
+{
+	struct async_fork_link *link;
+	int err;
+
+	if (!ctx || !af_vma_deferrable(src_vma) ||
+	    ctx->nr_links == ctx->max_links ||
+	    ALIGN(src_vma->vm_start, PMD_SIZE) >=
+	    ALIGN_DOWN(src_vma->vm_end, PMD_SIZE))
+		return copy_page_range(dst_vma, src_vma);
+
+	link = &ctx->links[ctx->nr_links];
+	mutex_init(&link->lock);
+	link->ctx = ctx;
+	link->src = src_vma;
+	link->dst = dst_vma;
+	link->start = ALIGN(src_vma->vm_start, PMD_SIZE);
+	link->end = ALIGN_DOWN(src_vma->vm_end, PMD_SIZE);
+	link->nr_marked = 0;
+
+	/* Seen by copy_pmd_range() through async_fork_defer_pmd(). */
+	dst_vma->async_fork = link;
+	err = copy_page_range(dst_vma, src_vma);
+	if (!link->nr_marked) {
+		dst_vma->async_fork = NULL;
+		return err;
+	}
+	ctx->nr_links++;
+	refcount_inc(&ctx->ref);
+	src_vma->async_fork = link;
+	return err;
+}
+
+/* Remove every mark of @ctx without copying.  No link->lock held. */
+static void af_rollback(struct async_fork_ctx *ctx)
+{
+	unsigned int i;
+
+	set_bit(AF_FAILED, &ctx->flags);
+	for (i = 0; i < ctx->nr_links; i++) {
+		struct async_fork_link *link = &ctx->links[i];
+
+		mutex_lock(&link->lock);
+		if (link->nr_marked)
+			af_copy_range(link, link->start, link->end);
+		mutex_unlock(&link->lock);
+	}
+}
+
+/*
+ * End of dup_mmap(), both mmap_locks still held for writing.  On error the
+ * child's mm is about to be torn down: remove the marks now, while nothing
+ * else can look at the parent's VMAs.
+ */
+void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
+{
+	unsigned long pmds = 0;
+	unsigned int i;
+
+	if (!ctx)
+		return;
+	if (ctx->nr_links) {
+		/* Released with the last mark: see write_protect_seq above. */
+		atomic_set(&ctx->nr_pending, ctx->nr_links);
+		raw_write_seqcount_begin(&ctx->links[0].src->vm_mm->write_protect_seq);
+	}
+	if (err || !ctx->nr_links) {
+		if (err)
+			af_rollback(ctx);
+		else
+			af_fallback(mm, "nothing to defer");
+		for (i = 0; i < ctx->nr_links; i++) {
+			ctx->links[i].src->async_fork = NULL;
+			ctx->links[i].dst->async_fork = NULL;
+			af_ctx_put(ctx);
+		}
+		mm->async_fork_ctx = NULL;
+		af_ctx_put(ctx);
+		return;
+	}
+	for (i = 0; i < ctx->nr_links; i++) {
+		struct async_fork_link *link = &ctx->links[i];
+
+		pmds += link->nr_marked;
+		link->first_chunk = ctx->nr_chunks;
+		ctx->nr_chunks += DIV_ROUND_UP(link->end - link->start,
+					       AF_CHUNK);
+	}
+	set_bit(MMF_ASYNC_FORK_LINKED, &ctx->links[0].src->vm_mm->flags);
+	count_vm_event(ASYNC_FORK);
+	trace_async_fork_start(ctx->links[0].src->vm_mm, mm, ctx->nr_links,
+			       pmds);
+}
+
+/* Detach the child's VMAs and let go of the context. */
+static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
+{
+	unsigned int i;
+
+	for (i = 0; i < ctx->nr_links; i++)
+		if (ctx->links[i].dst->async_fork == &ctx->links[i])
+			ctx->links[i].dst->async_fork = NULL;
+	mm->async_fork_ctx = NULL;
+	af_ctx_put(ctx);
+}
+
+/*
+ * Copy chunks of @ctx until none is left or the copy has failed; the child
+ * and its helpers all run this.  Returns the number of tables copied.
+ */
+static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
+{
+	unsigned long idx, pmds = 0;
+	unsigned int i = 0;
+	long ret;
+
+	for (;;) {
+		struct async_fork_link *link;
+		unsigned long addr;
+
+		idx = atomic_long_fetch_inc(&ctx->next_chunk);
+		if (idx >= ctx->nr_chunks)
+			break;
+		/* Chunks are handed out in order: the link only moves on. */
+		while (i + 1 < ctx->nr_links &&
+		       ctx->links[i + 1].first_chunk <= idx)
+			i++;
+		link = &ctx->links[i];
+		addr = link->start + (idx - link->first_chunk) * AF_CHUNK;
+		if (child && fatal_signal_pending(current))
+			af_fail(ctx);
+		if (af_failed(ctx))
+			break;
+		mutex_lock(&link->lock);
+		ret = 0;
+		if (link->nr_marked)
+			ret = af_copy_range(link, addr, addr + AF_CHUNK);
+		mutex_unlock(&link->lock);
+		if (ret < 0)
+			break;
+		pmds += ret;
+		cond_resched();
+	}
+	return pmds;
+}
+
+static void af_helper_work(struct work_struct *work)
+{
+	struct async_fork_helper *h =
+		container_of(work, struct async_fork_helper, work);
+	struct async_fork_ctx *ctx = h->ctx;
+	struct mem_cgroup *old = set_active_memcg(h->memcg);
+
+	atomic_long_add(af_copy_chunks(ctx, false), &ctx->helper_pmds);
+	set_active_memcg(old);
+	if (atomic_dec_and_test(&ctx->nr_helpers))
+		complete(&ctx->helpers_done);
+}
+
+/*
+ * Start up to vm.async_fork_copy_threads - 1 helpers for the child's copy.
+ * Returns their array (NULL if none), to be freed after helpers_done.
+ */
+static struct async_fork_helper *af_start_helpers(struct mm_struct *mm,
+						  struct async_fork_ctx *ctx,
+						  unsigned int *nr)
+{
+	unsigned int i, n = READ_ONCE(sysctl_async_fork_copy_threads) - 1;
+	struct async_fork_helper *h;
+	struct mem_cgroup *memcg;
+
+	n = min_t(unsigned long, n, ctx->nr_chunks - 1);
+	*nr = 0;
+	if (!n)
+		return NULL;
+	/* Fewer helpers, or none, if this fails: the child copies the rest. */
+	h = kcalloc(n, sizeof(*h), GFP_KERNEL | __GFP_NOWARN);
+	if (!h)
+		return NULL;
+	memcg = get_mem_cgroup_from_mm(mm);
+	init_completion(&ctx->helpers_done);
+	atomic_set(&ctx->nr_helpers, n);
+	for (i = 0; i < n; i++) {
+		h[i].ctx = ctx;
+		h[i].memcg = memcg;
+		INIT_WORK(&h[i].work, af_helper_work);
+		queue_work(system_unbound_wq, &h[i].work);
+	}
+	*nr = n;
+	return h;
+}
+
+/* The child copies, with its helpers, before it returns to user space. */
+static void af_child_copy(struct mm_struct *mm, struct async_fork_ctx *ctx)
+{
+	struct async_fork_helper *helpers;
+	unsigned int nr_helpers;
+	unsigned long pmds;
+	int err = 0;
+
+	helpers = af_start_helpers(mm, ctx, &nr_helpers);
+	pmds = af_copy_chunks(ctx, true);
+	if (helpers) {
+		/*
+		 * The helpers use the links, which the child's VMAs must
+		 * outlive.  A fatal signal only makes them stop sooner.
+		 */
+		if (wait_for_completion_killable(&ctx->helpers_done)) {
+			af_fail(ctx);
+			wait_for_completion(&ctx->helpers_done);
+		}
+		mem_cgroup_put(helpers[0].memcg);
+		kfree(helpers);
+		pmds += atomic_long_read(&ctx->helper_pmds);
+	}
+	if (af_failed(ctx)) {
+		err = -EIO;
+		af_rollback(ctx);
+	}
+	count_vm_events(ASYNC_FORK_PMD_CHILD, pmds);
+	trace_async_fork_child_done(mm, pmds, nr_helpers + 1,
+				    ktime_get_ns() - ctx->start_ns, err);
+
+	mmap_write_lock(mm);
+	af_child_detach(mm, ctx);
+	mmap_write_unlock(mm);
+	if (err)
+		force_sig(SIGKILL);
+}
+
+static void af_child_work(struct callback_head *work)
+{
+	struct async_fork_ctx *ctx = container_of(work, struct async_fork_ctx,
+						  work);
+	struct mm_struct *mm = current->mm;
+
+	/*
+	 * On the way to exit, after exit_mm(), there is nothing left to copy
+	 * to: exit_mmap() of the child rolls back.
+	 */
+	if (mm && mm->async_fork_ctx == ctx && !(current->flags & PF_EXITING))
+		af_child_copy(mm, ctx);
+	af_ctx_put(ctx);
+}
+
+/* kernel_clone(), before the child first runs. */
+void async_fork_start_child(struct task_struct *p)
+{
+	struct async_fork_ctx *ctx = p->mm ? p->mm->async_fork_ctx : NULL;
+
+	if (!ctx)
+		return;
+	ctx->child = get_task_pid(p, PIDTYPE_PID);
+	refcount_inc(&ctx->ref);
+	init_task_work(&ctx->work, af_child_work);
+	if (task_work_add(p, &ctx->work, TWA_RESUME))
+		af_ctx_put(ctx);
+}
+
+/*
+ * exit_mmap(): a child that dies before its copy is done removes the marks
+ * it did not copy; a parent finishes every copy first, so that its children
+ * get their complete snapshot.
+ */
+void async_fork_exit_mmap(struct mm_struct *mm)
+{
+	struct async_fork_ctx *ctx = mm->async_fork_ctx;
+
+	if (ctx) {
+		af_rollback(ctx);
+		mmap_write_lock(mm);
+		af_child_detach(mm, ctx);
+		mmap_write_unlock(mm);
+	}
+	if (!test_bit(MMF_ASYNC_FORK_LINKED, &mm->flags))
+		return;
+	mmap_write_lock(mm);
+	af_finish_mm(mm);
+	mmap_write_unlock(mm);
+}
+
+static int __init async_fork_init(void)
+{
+	register_sysctl_init("vm", af_sysctls);
+	if (sysctl_async_fork)
+		static_branch_enable(&async_fork_key);
+	return 0;
+}
+subsys_initcall(async_fork_init);

@@ -1,0 +1,702 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * async_fork: the interface, the counters and the error paths of Async-fork.
+ *
+ * fork_snapshot proves that the snapshot is exact on every path; this
+ * program proves the rest of what Documentation/admin-guide/mm/async_fork.rst
+ * promises: bad input is refused with EINVAL, the opt-ins (prctl, cgroup,
+ * sysctl) decide which forks are asynchronous and are inherited as
+ * documented, the vmstat counters move, and a copy that fails (injected
+ * allocation failure in the child or in the parent, SIGKILL to the child)
+ * kills only the child and leaves the parent intact, as does a parent that
+ * exits while its child copies.
+ *
+ * Runs as root in the guest, with debugfs mounted and vm.async_fork
+ * restored to its value at start.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kselftest_harness.h"
+#include "snapshot.h"
+#include "mm/gup_test.h"
+
+#ifndef PR_SET_ASYNC_FORK
+#define PR_SET_ASYNC_FORK	0x41464b01
+#define PR_GET_ASYNC_FORK	0x41464b02
+#endif
+
+#define SZ_2M		(2UL << 20)
+#define REGION		(128UL << 20)
+#define CGROUP		"/sys/fs/cgroup/async_fork_test"
+#define FAIL_ALLOC	"/sys/kernel/debug/fail_page_alloc/"
+#define THREADS		"/proc/sys/vm/async_fork_copy_threads"
+#define TRACING		"/sys/kernel/tracing/"
+
+/* Write @val to @path; returns 0 or the errno of the failed write. */
+static int write_file(const char *path, const char *val)
+{
+	int fd = open(path, O_WRONLY);
+	int err = 0;
+
+	if (fd < 0)
+		return errno;
+	if (write(fd, val, strlen(val)) < 0)
+		err = errno;
+	close(fd);
+	return err;
+}
+
+static long read_long(const char *path)
+{
+	char buf[64] = "";
+	int fd = open(path, O_RDONLY);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 ? strtol(buf, NULL, 0) : -1;
+}
+
+static void set_long(const char *path, long val)
+{
+	char buf[24];
+
+	snprintf(buf, sizeof(buf), "%ld", val);
+	if (write_file(path, buf))
+		ksft_exit_fail_msg("cannot write %ld to %s\n", val, path);
+}
+
+static void set_sysctl(long val)
+{
+	set_long("/proc/sys/vm/async_fork", val);
+}
+
+/* REGION bytes of 4 KiB anonymous memory, PMD-aligned, filled with seed 1. */
+static char *region(void)
+{
+	char *p = mmap(NULL, REGION + SZ_2M, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *a;
+
+	if (p == MAP_FAILED)
+		return NULL;
+	a = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
+	madvise(a, REGION, MADV_NOHUGEPAGE);
+	fill(a, REGION, 1);
+	return a;
+}
+
+/* Fork; the child checks the pre-fork contents and exits 0 if they hold. */
+static pid_t fork_checker(const char *mem)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(mismatch(mem, REGION, 1) >= 0);
+	return pid;
+}
+
+static int reap(pid_t pid)
+{
+	int status;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return status;
+}
+
+static long started_async(void)
+{
+	return vmstat("async_fork");
+}
+
+FIXTURE(af) {
+	long saved_sysctl;
+	long saved_threads;
+	char *mem;
+};
+
+FIXTURE_SETUP(af)
+{
+	self->saved_sysctl = read_long("/proc/sys/vm/async_fork");
+	if (self->saved_sysctl < 0)
+		SKIP(return, "no vm.async_fork: kernel without Async-fork");
+	self->saved_threads = read_long(THREADS);
+	ASSERT_GE(self->saved_threads, 1);
+	ASSERT_EQ(prctl(PR_SET_ASYNC_FORK, 0, 0, 0, 0), 0);
+	self->mem = region();
+	ASSERT_NE(self->mem, NULL);
+}
+
+FIXTURE_TEARDOWN(af)
+{
+	if (self->saved_sysctl >= 0)
+		set_sysctl(self->saved_sysctl);
+	if (self->saved_threads >= 1)
+		set_long(THREADS, self->saved_threads);
+	write_file(FAIL_ALLOC "probability", "0");
+}
+
+TEST_F_TIMEOUT(af, sysctl_rejects_bad_values, 180)
+{
+	const char *bad[] = { "3", "-1", "abc", "1x" };
+
+	set_sysctl(1);
+	for (unsigned int i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		EXPECT_EQ(write_file("/proc/sys/vm/async_fork", bad[i]), EINVAL) {
+			TH_LOG("vm.async_fork accepted '%s'", bad[i]);
+		}
+		EXPECT_EQ(read_long("/proc/sys/vm/async_fork"), 1);
+	}
+}
+
+TEST_F_TIMEOUT(af, copy_threads_rejects_bad_values, 180)
+{
+	const char *bad[] = { "0", "33", "-1", "abc", "2x" };
+
+	set_long(THREADS, 32);
+	EXPECT_EQ(read_long(THREADS), 32);
+	set_long(THREADS, 1);
+	for (unsigned int i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		EXPECT_EQ(write_file(THREADS, bad[i]), EINVAL) {
+			TH_LOG("vm.async_fork_copy_threads accepted '%s'", bad[i]);
+		}
+		EXPECT_EQ(read_long(THREADS), 1);
+	}
+}
+
+TEST_F_TIMEOUT(af, prctl_rejects_bad_arguments, 180)
+{
+	errno = 0;
+	EXPECT_EQ(prctl(PR_SET_ASYNC_FORK, 2, 0, 0, 0), -1);
+	EXPECT_EQ(errno, EINVAL);
+	errno = 0;
+	EXPECT_EQ(prctl(PR_SET_ASYNC_FORK, 1, 1, 0, 0), -1);
+	EXPECT_EQ(errno, EINVAL);
+	errno = 0;
+	EXPECT_EQ(prctl(PR_GET_ASYNC_FORK, 1, 0, 0, 0), -1);
+	EXPECT_EQ(errno, EINVAL);
+	EXPECT_EQ(prctl(PR_GET_ASYNC_FORK, 0, 0, 0, 0), 0);
+}
+
+/* With vm.async_fork=1, only a process that asked forks asynchronously. */
+TEST_F_TIMEOUT(af, sysctl_one_means_opted_in_only, 180)
+{
+	long before;
+	pid_t pid;
+
+	set_sysctl(1);
+	before = started_async();
+	pid = fork_checker(self->mem);
+	ASSERT_EQ(reap(pid), 0);
+	EXPECT_EQ(started_async(), before);
+
+	ASSERT_EQ(prctl(PR_SET_ASYNC_FORK, 1, 0, 0, 0), 0);
+	ASSERT_EQ(prctl(PR_GET_ASYNC_FORK, 0, 0, 0, 0), 1);
+	pid = fork_checker(self->mem);
+	ASSERT_EQ(reap(pid), 0);
+	EXPECT_EQ(started_async(), before + 1);
+
+	set_sysctl(0);
+	pid = fork_checker(self->mem);
+	ASSERT_EQ(reap(pid), 0);
+	EXPECT_EQ(started_async(), before + 1);
+}
+
+TEST_F_TIMEOUT(af, counters_move, 180)
+{
+	long forks = vmstat("async_fork");
+	long child = vmstat("async_fork_pmd_child");
+	long sync = vmstat("async_fork_pmd_sync");
+	pid_t pid;
+
+	set_sysctl(2);
+	pid = fork_checker(self->mem);
+	/* The parent writes at once: whatever the child has not copied yet. */
+	fill(self->mem, REGION, 2);
+	ASSERT_EQ(reap(pid), 0);
+	EXPECT_EQ(mismatch(self->mem, REGION, 2), -1);
+	EXPECT_GE(vmstat("async_fork") - forks, 1);
+	EXPECT_GE(vmstat("async_fork_pmd_child") - child +
+		  vmstat("async_fork_pmd_sync") - sync, (long)(REGION / SZ_2M));
+}
+
+/* The opt-in survives fork() and execve(): /proc/self/exe --get-prctl. */
+TEST_F_TIMEOUT(af, prctl_inherited_across_fork_and_exec, 180)
+{
+	for (int want = 0; want <= 1; want++) {
+		pid_t pid;
+		int status;
+
+		ASSERT_EQ(prctl(PR_SET_ASYNC_FORK, want, 0, 0, 0), 0);
+		pid = fork();
+		ASSERT_GE(pid, 0);
+		if (pid == 0) {
+			execl("/proc/self/exe", "async_fork", "--get-prctl", NULL);
+			_exit(100);
+		}
+		status = reap(pid);
+		ASSERT_TRUE(WIFEXITED(status));
+		EXPECT_EQ(WEXITSTATUS(status), want);
+	}
+}
+
+/* memory.async_fork: refuses bad input, is inherited, opts its tasks in. */
+TEST_F_TIMEOUT(af, cgroup_file, 180)
+{
+	const char *bad[] = { "2", "-1", "abc", "1x" };
+	long before;
+	pid_t pid;
+	char buf[32];
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	rmdir(CGROUP "/sub");
+	rmdir(CGROUP);
+	ASSERT_EQ(mkdir(CGROUP, 0755), 0);
+	EXPECT_EQ(read_long(CGROUP "/memory.async_fork"), 0);
+	for (unsigned int i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		EXPECT_EQ(write_file(CGROUP "/memory.async_fork", bad[i]), EINVAL) {
+			TH_LOG("memory.async_fork accepted '%s'", bad[i]);
+		}
+	}
+	ASSERT_EQ(write_file(CGROUP "/memory.async_fork", "1"), 0);
+	EXPECT_EQ(read_long(CGROUP "/memory.async_fork"), 1);
+	write_file(CGROUP "/cgroup.subtree_control", "+memory");
+	ASSERT_EQ(mkdir(CGROUP "/sub", 0755), 0);
+	EXPECT_EQ(read_long(CGROUP "/sub/memory.async_fork"), 1);
+
+	/* A task in the cgroup forks asynchronously without any prctl. */
+	set_sysctl(1);
+	before = started_async();
+	snprintf(buf, sizeof(buf), "%d", getpid());
+	ASSERT_EQ(write_file(CGROUP "/sub/cgroup.procs", buf), 0);
+	pid = fork_checker(self->mem);
+	ASSERT_EQ(reap(pid), 0);
+	EXPECT_EQ(started_async(), before + 1);
+	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.procs", buf), 0);
+	EXPECT_EQ(rmdir(CGROUP "/sub"), 0);
+	EXPECT_EQ(rmdir(CGROUP), 0);
+}
+
+/* A process that ever pinned pages copies the default way, and says why. */
+TEST_F_TIMEOUT(af, pinned_process_falls_back, 180)
+{
+	struct pin_longterm_test pin = {
+		.addr = (uintptr_t)self->mem, .size = 4096,
+		.flags = PIN_LONGTERM_TEST_FLAG_USE_WRITE,
+	};
+	long forks, fallbacks;
+	int fd = open("/sys/kernel/debug/gup_test", O_RDWR);
+	pid_t pid;
+
+	if (fd < 0)
+		SKIP(return, "no /sys/kernel/debug/gup_test (CONFIG_GUP_TEST)");
+	set_sysctl(2);
+	/* The pin sets MMF_HAS_PINNED on this process for good: fork first. */
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		if (ioctl(fd, PIN_LONGTERM_TEST_START, &pin))
+			_exit(10);
+		ioctl(fd, PIN_LONGTERM_TEST_STOP);
+		forks = vmstat("async_fork");
+		fallbacks = vmstat("async_fork_fallback");
+		pid = fork_checker(self->mem);
+		if (reap(pid) != 0)
+			_exit(11);
+		if (vmstat("async_fork") != forks)
+			_exit(12);
+		_exit(vmstat("async_fork_fallback") == fallbacks + 1 ? 0 : 13);
+	}
+	EXPECT_EQ(reap(pid), 0);
+	close(fd);
+}
+
+/* The threads= of the last async_fork_child_done event in the trace, or -1. */
+static long last_copy_threads(void)
+{
+	char line[512];
+	long threads = -1;
+	FILE *f = fopen(TRACING "trace", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *t = strstr(line, "async_fork_child_done:");
+
+		if (t && (t = strstr(t, " threads=")))
+			threads = strtol(t + 9, NULL, 10);
+	}
+	fclose(f);
+	return threads;
+}
+
+/*
+ * vm.async_fork_copy_threads=4: the child shares its copy with three
+ * helpers (the tracepoint says how many threads copied), while the parent
+ * writes; the snapshot holds and every table was copied once.
+ */
+TEST_F_TIMEOUT(af, parallel_copy, 180)
+{
+	long child = vmstat("async_fork_pmd_child");
+	long sync = vmstat("async_fork_pmd_sync");
+	pid_t pid;
+
+	if (access(TRACING "events/async_fork/async_fork_child_done/enable", W_OK))
+		SKIP(return, "no tracefs at " TRACING);
+	set_sysctl(2);
+	set_long(THREADS, 4);
+	write_file(TRACING "trace", "");
+	ASSERT_EQ(write_file(TRACING "events/async_fork/async_fork_child_done/enable", "1"), 0);
+	pid = fork_checker(self->mem);
+	fill(self->mem, REGION, 2);
+	ASSERT_EQ(reap(pid), 0);
+	write_file(TRACING "events/async_fork/async_fork_child_done/enable", "0");
+	EXPECT_EQ(mismatch(self->mem, REGION, 2), -1);
+	EXPECT_GE(vmstat("async_fork_pmd_child") - child +
+		  vmstat("async_fork_pmd_sync") - sync, (long)(REGION / SZ_2M));
+	EXPECT_EQ(last_copy_threads(), 4);
+}
+
+/*
+ * The published deployment stalled because the parent's mmap() after fork
+ * waited for the child's copy.  Here a new mapping next to a VMA that is
+ * still being copied, and a brk() that grows a heap still being copied,
+ * neither merge with it nor wait: they return while the child is still
+ * copying (async_fork_pmd_child, counted when the child is done, has not
+ * moved) and finish no VMA's copy (async_fork_vma_sync has not moved).  A
+ * child that copies faster than the parent gets to mmap() proves nothing:
+ * try again a few times.
+ */
+TEST_F_TIMEOUT(af, mmap_and_brk_next_to_pending_vma_do_not_wait, 180)
+{
+	const size_t heap_size = 4 * SZ_2M;
+	char *res, *mem, *heap, *next, *brk_page;
+	bool seen = false;
+	int tries;
+
+	set_sysctl(2);
+	/* The region, then a PROT_NONE page that keeps its neighbour free. */
+	res = mmap(NULL, REGION + 2 * SZ_2M, PROT_NONE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(res, MAP_FAILED);
+	mem = (char *)(((uintptr_t)res + SZ_2M - 1) & ~(SZ_2M - 1));
+	ASSERT_EQ(mmap(mem, REGION, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0), mem);
+	ASSERT_EQ(madvise(mem, REGION, MADV_NOHUGEPAGE), 0);
+	fill(mem, REGION, 6);
+	heap = sbrk(heap_size);
+	ASSERT_NE(heap, (void *)-1);
+	fill(heap, heap_size, 7);
+
+	for (tries = 0; tries < 5 && !seen; tries++) {
+		long done = vmstat("async_fork_pmd_child");
+		long vma_syncs = vmstat("async_fork_vma_sync");
+		long after;
+		pid_t pid = fork();
+
+		ASSERT_GE(pid, 0);
+		if (pid == 0)
+			_exit(mismatch(mem, REGION, 6) >= 0 ||
+			      mismatch(heap, heap_size, 7) >= 0);
+		next = mmap(mem + REGION, 4096, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		brk_page = sbrk(4096);
+		after = vmstat("async_fork_pmd_child");
+		ASSERT_NE(next, MAP_FAILED);
+		ASSERT_NE(brk_page, (void *)-1);
+		next[0] = 1;
+		brk_page[0] = 1;
+		EXPECT_EQ(vmstat("async_fork_vma_sync"), vma_syncs);
+		EXPECT_EQ(reap(pid), 0);
+		seen = after == done;
+		ASSERT_EQ(mmap(next, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+			       MAP_FIXED, -1, 0), next);
+		ASSERT_NE(sbrk(-4096), (void *)-1);
+	}
+	EXPECT_TRUE(seen) {
+		TH_LOG("the child's copy was always done before mmap() returned");
+	}
+	EXPECT_EQ(mismatch(mem, REGION, 6), -1);
+	EXPECT_EQ(mismatch(heap, heap_size, 7), -1);
+	ASSERT_NE(sbrk(-heap_size), (void *)-1);
+	munmap(res, REGION + 2 * SZ_2M);
+}
+
+/* Start and end of @sym's code in /proc/kallsyms (end: the next symbol). */
+static int symbol_range(const char *sym, unsigned long *start, unsigned long *end)
+{
+	char line[256], name[128], type;
+	unsigned long addr, best = 0;
+	FILE *f = fopen("/proc/kallsyms", "r");
+
+	if (!f)
+		return -1;
+	*start = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx %c %127s", &addr, &type, name) == 3 &&
+		    !strcmp(name, sym))
+			*start = addr;
+	if (!*start) {
+		fclose(f);
+		return -1;
+	}
+	rewind(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx %c %127s", &addr, &type, name) == 3 &&
+		    addr > *start && (!best || addr < best))
+			best = addr;
+	fclose(f);
+	*end = best;
+	return best ? 0 : -1;
+}
+
+/* Fail every page allocation made with @sym on the stack, from now on. */
+static int inject_alloc_failure(const char *sym)
+{
+	unsigned long start, end;
+	char buf[32];
+
+	if (access(FAIL_ALLOC "require-start", W_OK))
+		return -1;
+	if (symbol_range(sym, &start, &end))
+		return -1;
+	snprintf(buf, sizeof(buf), "%lu", start);
+	write_file(FAIL_ALLOC "require-start", buf);
+	snprintf(buf, sizeof(buf), "%lu", end);
+	write_file(FAIL_ALLOC "require-end", buf);
+	write_file(FAIL_ALLOC "task-filter", "N");
+	write_file(FAIL_ALLOC "ignore-gfp-wait", "N");
+	write_file(FAIL_ALLOC "ignore-gfp-highmem", "N");
+	write_file(FAIL_ALLOC "min-order", "0");
+	write_file(FAIL_ALLOC "stacktrace-depth", "32");
+	write_file(FAIL_ALLOC "verbose", "0");
+	write_file(FAIL_ALLOC "interval", "1");
+	write_file(FAIL_ALLOC "times", "-1");
+	return write_file(FAIL_ALLOC "probability", "100");
+}
+
+static long page_tables_kb(void)
+{
+	char line[128];
+	long kb = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "PageTables: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/*
+ * PageTables after a child was reaped, within @slack KiB of @before: the
+ * page tables of an exited mm are freed after an RCU grace period, which
+ * can take a while in an emulated guest, so wait up to 5 s for them.
+ */
+static long page_tables_settled(long before, long slack)
+{
+	long kb = page_tables_kb();
+
+	for (int i = 0; i < 50 && labs(kb - before) > slack; i++) {
+		usleep(100000);
+		kb = page_tables_kb();
+	}
+	return kb;
+}
+
+/*
+ * After a failed copy: the child died of SIGKILL, the error was counted,
+ * the parent's memory is intact and writable (no mark left), page tables
+ * went back to where they were, and the next fork works.
+ */
+static void check_after_failure(struct __test_metadata *_metadata,
+				FIXTURE_DATA(af) *self, int status,
+				long errors, long pt_kb, uint64_t seed)
+{
+	pid_t pid;
+
+	EXPECT_TRUE(WIFSIGNALED(status));
+	EXPECT_EQ(WTERMSIG(status), SIGKILL);
+	EXPECT_EQ(vmstat("async_fork_error"), errors + 1);
+	EXPECT_EQ(mismatch(self->mem, REGION, seed), -1);
+	fill(self->mem, REGION, 1);
+	EXPECT_LE(labs(page_tables_settled(pt_kb, 64) - pt_kb), 64);
+	pid = fork_checker(self->mem);
+	EXPECT_EQ(reap(pid), 0);
+}
+
+TEST_F_TIMEOUT(af, child_copy_fails, 180)
+{
+	long errors = vmstat("async_fork_error");
+	long pt_kb = page_tables_kb();
+	pid_t pid;
+	int status;
+
+	set_sysctl(2);
+	/* Only the child's own copy allocates below af_child_work(). */
+	if (inject_alloc_failure("af_child_work"))
+		SKIP(return, "no fail_page_alloc stack filter (FAULT_INJECTION_STACKTRACE_FILTER)");
+	pid = fork_checker(self->mem);
+	status = reap(pid);
+	write_file(FAIL_ALLOC "probability", "0");
+	check_after_failure(_metadata, self, status, errors, pt_kb, 1);
+}
+
+/*
+ * A helper of the child's copy cannot allocate: the child is killed as if
+ * it had failed itself.  If the child copied everything before any helper
+ * got a chunk, there was nothing to fail: try again.
+ */
+TEST_F_TIMEOUT(af, helper_copy_fails, 180)
+{
+	long errors = vmstat("async_fork_error");
+	long pt_kb = page_tables_kb();
+	int status = 0, tries;
+	pid_t pid;
+
+	set_sysctl(2);
+	set_long(THREADS, 4);
+	if (inject_alloc_failure("af_helper_work"))
+		SKIP(return, "no fail_page_alloc stack filter (FAULT_INJECTION_STACKTRACE_FILTER)");
+	for (tries = 0; tries < 5; tries++) {
+		pid = fork_checker(self->mem);
+		status = reap(pid);
+		if (!WIFEXITED(status))
+			break;
+		EXPECT_EQ(WEXITSTATUS(status), 0);
+		errors = vmstat("async_fork_error");
+	}
+	write_file(FAIL_ALLOC "probability", "0");
+	ASSERT_LT(tries, 5) {
+		TH_LOG("the child always copied everything before its helpers");
+	}
+	check_after_failure(_metadata, self, status, errors, pt_kb, 1);
+}
+
+/*
+ * The parent's synchronization fails: mprotect() makes the parent finish
+ * the copy of the whole VMA (async_fork_vma_write(), never called by the
+ * child), and every allocation there fails.  The child, blocked on a pipe
+ * once it has run, must be killed, unless it had copied everything first:
+ * then try again.
+ */
+TEST_F_TIMEOUT(af, parent_sync_fails, 180)
+{
+	long errors = vmstat("async_fork_error");
+	long pt_kb = page_tables_kb();
+	int go[2], status = 0, tries;
+	pid_t pid;
+	char c = 0;
+
+	set_sysctl(2);
+	if (inject_alloc_failure("async_fork_vma_write"))
+		SKIP(return, "no fail_page_alloc stack filter (FAULT_INJECTION_STACKTRACE_FILTER)");
+	for (tries = 0; tries < 5; tries++) {
+		ASSERT_EQ(pipe(go), 0);
+		pid = fork();
+		ASSERT_GE(pid, 0);
+		if (pid == 0) {
+			if (read(go[0], &c, 1) != 1)
+				_exit(2);
+			_exit(mismatch(self->mem, REGION, 1) >= 0);
+		}
+		ASSERT_EQ(mprotect(self->mem, REGION, PROT_READ), 0);
+		ASSERT_EQ(mprotect(self->mem, REGION, PROT_READ | PROT_WRITE), 0);
+		EXPECT_EQ(write(go[1], "g", 1), 1);
+		status = reap(pid);
+		close(go[0]);
+		close(go[1]);
+		if (!WIFEXITED(status))
+			break;
+		/* The child had copied everything: its snapshot must hold. */
+		EXPECT_EQ(WEXITSTATUS(status), 0);
+		errors = vmstat("async_fork_error");
+	}
+	write_file(FAIL_ALLOC "probability", "0");
+	ASSERT_LT(tries, 5) {
+		TH_LOG("the child always finished its copy before mprotect()");
+	}
+	fill(self->mem, REGION, 3);
+	check_after_failure(_metadata, self, status, errors, pt_kb, 3);
+}
+
+TEST_F_TIMEOUT(af, child_killed_while_copying, 180)
+{
+	long pt_kb = page_tables_kb();
+	int status;
+	pid_t pid;
+
+	set_sysctl(2);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		_exit(3);	/* never reached if the kill lands first */
+	kill(pid, SIGKILL);
+	status = reap(pid);
+	EXPECT_TRUE(WIFSIGNALED(status) || WEXITSTATUS(status) == 3);
+	EXPECT_EQ(mismatch(self->mem, REGION, 1), -1);
+	fill(self->mem, REGION, 4);
+	EXPECT_EQ(mismatch(self->mem, REGION, 4), -1);
+	fill(self->mem, REGION, 1);
+	EXPECT_LE(labs(page_tables_settled(pt_kb, 64) - pt_kb), 64);
+	pid = fork_checker(self->mem);
+	EXPECT_EQ(reap(pid), 0);
+}
+
+/* A parent that exits at once still leaves its child a complete snapshot. */
+TEST_F_TIMEOUT(af, parent_exits_while_child_copies, 180)
+{
+	int res[2];
+	pid_t mid;
+	char r = 'x';
+
+	set_sysctl(2);
+	ASSERT_EQ(pipe(res), 0);
+	mid = fork();
+	ASSERT_GE(mid, 0);
+	if (mid == 0) {
+		pid_t me = getpid();
+
+		fill(self->mem, REGION, 5);
+		if (fork() == 0) {
+			/* Check only once the parent is gone. */
+			while (getppid() == me)
+				usleep(1000);
+			r = mismatch(self->mem, REGION, 5) >= 0 ? 'b' : 'g';
+			_exit(write(res[1], &r, 1) != 1);
+		}
+		_exit(0);
+	}
+	ASSERT_EQ(reap(mid), 0);
+	close(res[1]);
+	ASSERT_EQ(read(res[0], &r, 1), 1);
+	EXPECT_EQ(r, 'g');
+	close(res[0]);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "--get-prctl"))
+		return prctl(PR_GET_ASYNC_FORK, 0, 0, 0, 0);
+	return test_harness_run(argc, argv);
+}
