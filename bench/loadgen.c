@@ -5,6 +5,7 @@
  *   loadgen [--host H --port P | --socket PATH] --rate R --duration S
  *           [--clients C] [--keys N] [--dist uniform|gauss[:SIGMA]|hot[:F:P]]
  *           [--set-ratio X] [--value-size B] [--seed N] [--out FILE]
+ *           [--set-log FILE]
  *
  * Requests are scheduled at a fixed rate R (per second, over all C
  * connections, each connection in its own phase), whatever the server does:
@@ -17,13 +18,20 @@
  * Keys are "key:<n>", n in [0, N): uniform; gauss (mean N/2, standard
  * deviation SIGMA*N, default 0.1); hot (a fraction F of the keys, default
  * 0.01, gets a fraction P of the requests, default 0.9).  A request is a
- * SET of a B-byte value with probability X, a GET otherwise.
+ * SET of a B-byte value with probability X, a GET otherwise.  Connection
+ * c only uses the keys n with n % C == c, and the value of its request
+ * number s is "c<c>:s<s>:" padded to B bytes, so that the dataset at any
+ * instant is a known function of how many requests of each connection the
+ * server had processed: a snapshot can be checked exactly.
  *
  * Output (FILE, default stdout): a header line
  *   # loadgen start_realtime_ns=<ns> rate=<R> clients=<C> ...
  * then one line per answered request, in the order the replies came:
  *   <intended_us> <latency_us> <S|G>
- * intended_us counts from the start.  A summary goes to stderr.  A
+ * intended_us counts from the start.  --set-log FILE gets one line per
+ * answered SET, "<conn> <seq> <key n> <append_ns> <reply_ns>" (CLOCK_REALTIME:
+ * when it was handed to the connection, when its reply was read).  A
+ * summary goes to stderr.  A
  * connection error, a server error reply or requests left unanswered 10 s
  * after the end are reported and make the exit status non-zero.
  */
@@ -50,12 +58,16 @@ static const char *const dist_name[] = { "uniform", "gauss", "hot" };
 
 struct pending {
 	uint64_t intended;	/* ns since the start */
+	uint64_t appended;	/* ns since the start */
+	uint64_t seq;		/* request number on its connection */
+	long key;
 	char op;
 };
 
 struct conn {
 	redisContext *c;
 	uint64_t next;		/* intended time of its next request */
+	uint64_t seq;		/* requests appended so far */
 	struct pending *fifo;	/* outstanding requests, a ring */
 	size_t head, count, cap;
 };
@@ -66,8 +78,14 @@ struct record {
 	char op;
 };
 
+struct set_record {
+	uint64_t seq, appended, replied;
+	long key;
+	unsigned int conn;
+};
+
 static struct {
-	const char *host, *socket, *out;
+	const char *host, *socket, *out, *set_log;
 	int port;
 	double rate, duration, set_ratio, sigma, hot_keys, hot_prob;
 	long clients, keys, value_size;
@@ -137,7 +155,8 @@ static void usage(const char *msg)
 	fprintf(stderr,
 		"usage: loadgen [--host H --port P | --socket PATH] --rate R --duration S\n"
 		"               [--clients C] [--keys N] [--dist uniform|gauss[:SIGMA]|hot[:F:P]]\n"
-		"               [--set-ratio X] [--value-size B] [--seed N] [--out FILE]\n");
+		"               [--set-ratio X] [--value-size B] [--seed N] [--out FILE]\n"
+		"               [--set-log FILE]\n");
 	exit(2);
 }
 
@@ -196,6 +215,7 @@ static void parse(int argc, char **argv)
 		{ "value-size", required_argument, NULL, 'v' },
 		{ "seed", required_argument, NULL, 'S' },
 		{ "out", required_argument, NULL, 'o' },
+		{ "set-log", required_argument, NULL, 'L' },
 		{ }
 	};
 	int c;
@@ -214,6 +234,7 @@ static void parse(int argc, char **argv)
 		case 'v': opt.value_size = num("value-size", optarg, 1, 1 << 26); break;
 		case 'S': opt.seed = num("seed", optarg, 0, 1e18); break;
 		case 'o': opt.out = optarg; break;
+		case 'L': opt.set_log = optarg; break;
 		default: usage(NULL);
 		}
 	}
@@ -223,6 +244,10 @@ static void parse(int argc, char **argv)
 		usage("--rate and --duration are required");
 	if (opt.clients > opt.rate * opt.duration)
 		usage("fewer requests in all than --clients");
+	if (opt.clients > opt.keys)
+		usage("fewer --keys than --clients");
+	if (opt.value_size < 32)
+		usage("--value-size must be at least 32 (the value names its request)");
 }
 
 static redisContext *connect_one(void)
@@ -260,7 +285,8 @@ static void conn_error(long i, redisContext *c, const char *what)
 int main(int argc, char **argv)
 {
 	uint64_t interval, end, start_mono, start_real, total, recorded = 0;
-	uint64_t deadline, errors = 0, sent = 0;
+	uint64_t deadline, errors = 0, sent = 0, nsets = 0;
+	struct set_record *sets;
 	struct record *rec;
 	struct pollfd *pfd;
 	struct conn *conns;
@@ -275,7 +301,8 @@ int main(int argc, char **argv)
 	pfd = calloc(opt.clients, sizeof(*pfd));
 	total = (uint64_t)(opt.rate * opt.duration) + opt.clients;
 	rec = malloc(total * sizeof(*rec));
-	if (!value || !conns || !pfd || !rec) {
+	sets = malloc(total * sizeof(*sets));
+	if (!value || !conns || !pfd || !rec || !sets) {
 		fprintf(stderr, "loadgen: out of memory for %llu records\n",
 			(unsigned long long)total);
 		return 1;
@@ -321,11 +348,21 @@ int main(int argc, char **argv)
 				long n = pick_key();
 				int ret;
 
+				/* This connection's key next to n. */
+				n = n - n % opt.clients + i;
+				if (n >= opt.keys)
+					n -= opt.clients;
 				snprintf(key, sizeof(key), "key:%ld", n);
-				ret = op == 'S' ?
-					redisAppendCommand(k->c, "SET %s %b", key, value,
-							   (size_t)opt.value_size) :
-					redisAppendCommand(k->c, "GET %s", key);
+				if (op == 'S') {
+					int len = snprintf(value, opt.value_size, "c%ld:s%llu:",
+							   i, (unsigned long long)k->seq);
+
+					memset(value + len, 'v', opt.value_size - len);
+					ret = redisAppendCommand(k->c, "SET %s %b", key, value,
+								 (size_t)opt.value_size);
+				} else {
+					ret = redisAppendCommand(k->c, "GET %s", key);
+				}
 				if (ret != REDIS_OK)
 					conn_error(i, k->c, "append");
 				if (k->count == k->cap) {
@@ -343,7 +380,8 @@ int main(int argc, char **argv)
 					k->cap *= 2;
 				}
 				k->fifo[(k->head + k->count++) % k->cap] =
-					(struct pending){ k->next, op };
+					(struct pending){ k->next, t, k->seq, n, op };
+				k->seq++;
 				k->next += interval;
 				sent++;
 			}
@@ -397,6 +435,10 @@ int main(int argc, char **argv)
 				if (recorded < total)
 					rec[recorded++] = (struct record){
 						p.intended, t - p.intended, p.op };
+				if (p.op == 'S' && nsets < total)
+					sets[nsets++] = (struct set_record){
+						p.seq, start_real + p.appended,
+						start_real + t, p.key, i };
 			}
 		}
 	}
@@ -414,6 +456,23 @@ int main(int argc, char **argv)
 	if (fclose(out)) {
 		perror("loadgen: output");
 		return 1;
+	}
+	if (opt.set_log) {
+		FILE *f = fopen(opt.set_log, "w");
+
+		if (!f) {
+			fprintf(stderr, "loadgen: %s: %s\n", opt.set_log, strerror(errno));
+			return 1;
+		}
+		for (uint64_t j = 0; j < nsets; j++)
+			fprintf(f, "%u %llu %ld %llu %llu\n", sets[j].conn,
+				(unsigned long long)sets[j].seq, sets[j].key,
+				(unsigned long long)sets[j].appended,
+				(unsigned long long)sets[j].replied);
+		if (fclose(f)) {
+			perror("loadgen: set log");
+			return 1;
+		}
 	}
 	fprintf(stderr, "loadgen: %llu requests sent, %llu answered, %llu errors\n",
 		(unsigned long long)sent, (unsigned long long)recorded,
