@@ -5,7 +5,7 @@
  *   loadgen [--host H --port P | --socket PATH] --rate R --duration S
  *           [--clients C] [--keys N] [--dist uniform|gauss[:SIGMA]|hot[:F:P]]
  *           [--set-ratio X] [--value-size B] [--seed N] [--out FILE]
- *           [--set-log FILE]
+ *           [--set-log FILE] [--tag STR]
  *
  * Requests are scheduled at a fixed rate R (per second, over all C
  * connections, each connection in its own phase), whatever the server does:
@@ -20,7 +20,7 @@
  * 0.01, gets a fraction P of the requests, default 0.9).  A request is a
  * SET of a B-byte value with probability X, a GET otherwise.  Connection
  * c only uses the keys n with n % C == c, and the value of its request
- * number s is "c<c>:s<s>:" padded to B bytes, so that the dataset at any
+ * number s is "<tag>c<c>:s<s>:" padded to B bytes, so that the dataset at any
  * instant is a known function of how many requests of each connection the
  * server had processed: a snapshot can be checked exactly.
  *
@@ -31,7 +31,8 @@
  * intended_us counts from the start.  --set-log FILE gets one line per
  * answered SET, "<conn> <seq> <key n> <append_ns> <reply_ns>" (CLOCK_REALTIME:
  * when it was handed to the connection, when its reply was read).  A
- * summary goes to stderr.  A
+ * summary goes to stderr.  SIGTERM or SIGINT ends the run early: nothing
+ * more is sent, and what was sent is waited for as at the end.  A
  * connection error, a server error reply or requests left unanswered 10 s
  * after the end are reported and make the exit status non-zero.
  */
@@ -41,6 +42,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,7 +87,7 @@ struct set_record {
 };
 
 static struct {
-	const char *host, *socket, *out, *set_log;
+	const char *host, *socket, *out, *set_log, *tag;
 	int port;
 	double rate, duration, set_ratio, sigma, hot_keys, hot_prob;
 	long clients, keys, value_size;
@@ -94,8 +96,16 @@ static struct {
 } opt = {
 	.host = "127.0.0.1", .port = 6379, .clients = 8, .keys = 1000000,
 	.set_ratio = 0.5, .value_size = 100, .dist = UNIFORM, .sigma = 0.1,
-	.hot_keys = 0.01, .hot_prob = 0.9, .seed = 1,
+	.hot_keys = 0.01, .hot_prob = 0.9, .seed = 1, .tag = "",
 };
+
+static volatile sig_atomic_t stop;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
 
 static uint64_t rng_state;
 
@@ -156,7 +166,7 @@ static void usage(const char *msg)
 		"usage: loadgen [--host H --port P | --socket PATH] --rate R --duration S\n"
 		"               [--clients C] [--keys N] [--dist uniform|gauss[:SIGMA]|hot[:F:P]]\n"
 		"               [--set-ratio X] [--value-size B] [--seed N] [--out FILE]\n"
-		"               [--set-log FILE]\n");
+		"               [--set-log FILE] [--tag STR]\n");
 	exit(2);
 }
 
@@ -216,6 +226,7 @@ static void parse(int argc, char **argv)
 		{ "seed", required_argument, NULL, 'S' },
 		{ "out", required_argument, NULL, 'o' },
 		{ "set-log", required_argument, NULL, 'L' },
+		{ "tag", required_argument, NULL, 'T' },
 		{ }
 	};
 	int c;
@@ -235,6 +246,7 @@ static void parse(int argc, char **argv)
 		case 'S': opt.seed = num("seed", optarg, 0, 1e18); break;
 		case 'o': opt.out = optarg; break;
 		case 'L': opt.set_log = optarg; break;
+		case 'T': opt.tag = optarg; break;
 		default: usage(NULL);
 		}
 	}
@@ -246,8 +258,8 @@ static void parse(int argc, char **argv)
 		usage("fewer requests in all than --clients");
 	if (opt.clients > opt.keys)
 		usage("fewer --keys than --clients");
-	if (opt.value_size < 32)
-		usage("--value-size must be at least 32 (the value names its request)");
+	if (opt.value_size < 32 + (long)strlen(opt.tag))
+		usage("--value-size must be at least 32 plus the tag (the value names its request)");
 }
 
 static redisContext *connect_one(void)
@@ -331,12 +343,19 @@ int main(int argc, char **argv)
 
 	end = (uint64_t)(opt.duration * 1e9);
 	deadline = end + DRAIN_NS;
+	signal(SIGTERM, on_stop);
+	signal(SIGINT, on_stop);
 	start_real = now_ns(CLOCK_REALTIME);
 	start_mono = now_ns(CLOCK_MONOTONIC);
 	for (;;) {
 		uint64_t t = now_ns(CLOCK_MONOTONIC) - start_mono, wake = deadline;
 		size_t outstanding = 0;
 		int timeout_ms;
+
+		if (stop && end > t) {
+			end = t;
+			deadline = end + DRAIN_NS;
+		}
 
 		/* Send everything that is due, late or not. */
 		for (i = 0; i < opt.clients; i++) {
@@ -354,8 +373,9 @@ int main(int argc, char **argv)
 					n -= opt.clients;
 				snprintf(key, sizeof(key), "key:%ld", n);
 				if (op == 'S') {
-					int len = snprintf(value, opt.value_size, "c%ld:s%llu:",
-							   i, (unsigned long long)k->seq);
+					int len = snprintf(value, opt.value_size, "%sc%ld:s%llu:",
+							   opt.tag, i,
+							   (unsigned long long)k->seq);
 
 					memset(value + len, 'v', opt.value_size - len);
 					ret = redisAppendCommand(k->c, "SET %s %b", key, value,
@@ -446,7 +466,7 @@ int main(int argc, char **argv)
 	fprintf(out, "# loadgen start_realtime_ns=%llu rate=%g duration=%g clients=%ld "
 		"keys=%ld dist=%s sigma=%g hot_keys=%g hot_prob=%g set_ratio=%g "
 		"value_size=%ld seed=%llu\n",
-		(unsigned long long)start_real, opt.rate, opt.duration, opt.clients,
+		(unsigned long long)start_real, opt.rate, end / 1e9, opt.clients,
 		opt.keys, dist_name[opt.dist], opt.sigma, opt.hot_keys, opt.hot_prob,
 		opt.set_ratio, opt.value_size,
 		(unsigned long long)opt.seed);
