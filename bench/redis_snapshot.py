@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Inside the guest: snapshot an unmodified redis-server under write load,
+once with the default fork and once with Async-fork, and check each RDB.
+
+Run by bench/redis_demo.py in a guest of the lean kernel, with the project's
+virtualenv (redis-py).  Debian's redis-server runs in the memory cgroup
+/sys/fs/cgroup/redis-demo; each mode writes that cgroup's memory.async_fork
+(0: default fork, 1: Async-fork) and nothing else changes.  Per mode:
+
+  1. DEBUG DIGEST of the dataset (no load running),
+  2. loadgen (open loop, every request recorded) for --baseline seconds,
+  3. BGSAVE, with the load going on, until the child has written the RDB,
+  4. one more second of load, then loadgen stops.
+
+Then the server stops and every RDB is loaded into a second server and
+checked against the dataset at the instant of its fork, exactly: loadgen's
+values name the connection and request that wrote them, so the RDB must
+show, for each connection, a prefix of its requests (consistent with what
+had been answered before BGSAVE was sent and what was sent after its
+reply), and nothing else changed (DEBUG DIGEST after undoing the run's
+writes equals the digest of step 1).
+
+Everything measured goes to OUT/result.json with the loadgen logs.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+TOP = Path(__file__).resolve().parent.parent
+CGROUP = Path("/sys/fs/cgroup/redis-demo")
+WORK = Path("/tmp/redis-demo")      # guest memory: the RDB files stay out of 9p
+PORT, VERIFY_PORT = 6379, 6380
+MODES = {"default": 0, "async": 1}
+
+
+def say(msg: str) -> None:
+    print(f"guest: {msg}", flush=True)
+
+
+class Failed(Exception):
+    pass
+
+
+def fail(msg: str) -> None:
+    raise Failed(msg)
+
+
+# Every process started here, to be killed if the run fails.
+children: list = []
+
+
+def write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+def vmstat() -> dict:
+    out = {}
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        k, v = line.split()
+        if k.startswith("async_fork"):
+            out[k] = int(v)
+    return out
+
+
+def start_server(port: int, dbfilename: str, cgroup: bool, log: str) -> subprocess.Popen:
+    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+            "--save", "", "--appendonly", "no", "--dir", str(WORK),
+            "--dbfilename", dbfilename, "--enable-debug-command", "local",
+            "--logfile", str(WORK / log), "--daemonize", "no"]
+
+    def join():
+        if cgroup:
+            write(CGROUP / "cgroup.procs", str(os.getpid()))
+
+    p = subprocess.Popen(args, preexec_fn=join, stdout=subprocess.DEVNULL)
+    children.append(p)
+    r = redis.Redis(port=port)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if p.poll() is not None:
+            fail(f"redis-server on port {port} exited: see {WORK / log}")
+        try:
+            if r.ping() and r.info("persistence")["loading"] == 0:
+                return p
+        except (redis.ConnectionError, redis.BusyLoadingError):
+            pass
+        time.sleep(0.2)
+    p.kill()
+    fail(f"redis-server on port {port} did not come up in 600 s")
+
+
+def stop_server(p: subprocess.Popen, port: int) -> None:
+    try:
+        redis.Redis(port=port).shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass
+    p.wait(timeout=60)
+
+
+def preload_value(n: int, size: int) -> bytes:
+    """What DEBUG POPULATE stores at key:<n>: "value:<n>", zero-padded."""
+    v = b"value:%d" % n
+    return v[:size] + b"\0" * (size - len(v))
+
+
+def load_value(tag: str, conn: int, seq: int, size: int) -> bytes:
+    """What loadgen's request seq of connection conn stores."""
+    v = f"{tag}c{conn}:s{seq}:".encode()
+    return v + b"v" * (size - len(v))
+
+
+def load(r: redis.Redis, mb: int, value_size: int) -> int:
+    """DEBUG POPULATE in batches up to mb MiB of used memory; returns keys."""
+    target = mb << 20
+    base = r.info("memory")["used_memory"]
+    keys, batch, t0 = 0, 100_000, time.time()
+    while True:
+        keys += batch
+        # Creates key:0..keys-1, skipping those that exist.
+        r.execute_command("DEBUG", "POPULATE", keys, "key", value_size)
+        used = r.info("memory")["used_memory"]
+        say(f"loading: {used >> 20} of {mb} MiB, {keys} keys, {time.time() - t0:.0f} s")
+        if used >= target:
+            return keys
+        per_key = max(1, (used - base) // keys)
+        batch = max(10_000, min(2_000_000, (target - used) // per_key))
+
+
+def read_sets(path: Path) -> list:
+    sets = []
+    for line in path.read_text().splitlines():
+        c, s, k, app, rep = line.split()
+        sets.append((int(c), int(s), int(k), int(app), int(rep)))
+    return sets
+
+
+def run_mode(r, mode, a, keys, bench) -> dict:
+    write(CGROUP / "memory.async_fork", str(MODES[mode]))
+    say(f"{mode}: memory.async_fork={MODES[mode]}, digest of the dataset")
+    digest = r.execute_command("DEBUG", "DIGEST")
+    vm0 = vmstat()
+    lat, sets = WORK / f"latency-{mode}.txt", WORK / f"sets-{mode}.txt"
+    lg = subprocess.Popen([str(bench / "loadgen"), "--port", str(PORT),
+                           "--rate", str(a.rate), "--duration", "86400",
+                           "--clients", str(a.clients), "--keys", str(keys),
+                           "--dist", a.dist, "--set-ratio", str(a.set_ratio),
+                           "--value-size", str(a.value_size), "--seed", str(a.seed),
+                           "--tag", mode[0], "--out", str(lat), "--set-log", str(sets)])
+    children.append(lg)
+    say(f"{mode}: load at {a.rate}/s, {a.baseline} s without a snapshot, then BGSAVE")
+    time.sleep(a.baseline)
+    if lg.poll() is not None:
+        fail(f"loadgen exited early ({lg.returncode})")
+    t_sent = time.time_ns()
+    r.bgsave()
+    t_reply = time.time_ns()
+    while r.info("persistence")["rdb_bgsave_in_progress"]:
+        time.sleep(0.05)
+    t_done = time.time_ns()
+    time.sleep(1)
+    lg.send_signal(signal.SIGTERM)
+    if lg.wait(timeout=120) != 0:
+        fail(f"loadgen failed ({lg.returncode})")
+    pers, stats = r.info("persistence"), r.info("stats")
+    if pers["rdb_last_bgsave_status"] != "ok":
+        fail(f"{mode}: BGSAVE failed: see {WORK / 'redis.log'}")
+    (WORK / "dump.rdb").rename(WORK / f"dump-{mode}.rdb")
+    vm1 = vmstat()
+    res = {"fork_usec": stats["latest_fork_usec"], "bgsave_sent_ns": t_sent,
+           "bgsave_reply_ns": t_reply, "bgsave_done_ns": t_done,
+           "digest_before": digest.decode() if isinstance(digest, bytes) else digest,
+           "vmstat": {k: vm1[k] - vm0.get(k, 0) for k in vm1}}
+    say(f"{mode}: fork {res['fork_usec'] / 1000:.1f} ms, snapshot "
+        f"{(t_done - t_sent) / 1e9:.1f} s, async_fork counters {res['vmstat']}")
+    return res
+
+
+def verify(mode, res, start_state, keys, a) -> dict:
+    """Check dump-<mode>.rdb against the dataset at the instant of its fork."""
+    say(f"{mode}: loading dump-{mode}.rdb into a second server")
+    p = start_server(VERIFY_PORT, f"dump-{mode}.rdb", False, f"verify-{mode}.log")
+    v = redis.Redis(port=VERIFY_PORT)
+    out = {"rdb_keys": v.dbsize(), "keys": keys}
+    sets = read_sets(WORK / f"sets-{mode}.txt")
+    touched = sorted({k for _, _, k, _, _ in sets})
+    got = {}
+    for i in range(0, len(touched), 1000):
+        part = touched[i:i + 1000]
+        for k, val in zip(part, v.mget([f"key:{k}" for k in part])):
+            got[k] = val
+    # How many requests of each connection the server had processed at the
+    # fork: one more than the newest of its writes that the RDB shows.
+    tag = mode[0]
+    done = {c: 0 for c in range(a.clients)}
+    foreign = 0
+    for k, val in got.items():
+        if val and val.startswith(f"{tag}c".encode()):
+            c, s = val[len(tag) + 1:].split(b":")[:2]
+            c, s = int(c), int(s[1:])
+            if k % a.clients != c:
+                foreign += 1
+            done[c] = max(done[c], s + 1)
+    expect = {}
+    for c, s, k, _, _ in sorted(sets):
+        if s < done[c]:
+            expect[k] = load_value(tag, c, s, a.value_size)
+    mismatches = sum(1 for k in touched
+                     if got[k] != expect.get(k, start_state.get(k) or
+                                             preload_value(k, a.value_size)))
+    # The prefix must agree with the clock: answered before BGSAVE was sent
+    # means processed before the fork; sent after its reply means after.
+    order = sum(1 for c, s, _, app, rep in sets
+                if (rep < res["bgsave_sent_ns"] and s >= done[c]) or
+                (app > res["bgsave_reply_ns"] and s < done[c]))
+    # Undo the run's writes: what remains must be the dataset as it was.
+    with v.pipeline(transaction=False) as pipe:
+        for k in touched:
+            pipe.set(f"key:{k}", start_state.get(k) or preload_value(k, a.value_size))
+        pipe.execute()
+    digest = v.execute_command("DEBUG", "DIGEST")
+    digest = digest.decode() if isinstance(digest, bytes) else digest
+    stop_server(p, VERIFY_PORT)
+    out.update({"touched_keys": len(touched), "sets": len(sets),
+                "writes_before_fork": sum(1 for c, s, *_ in sets if s < done[c]),
+                "mismatches": mismatches, "order_violations": order,
+                "foreign_values": foreign, "digest_ok": digest == res["digest_before"]})
+    out["exact"] = (out["rdb_keys"] == keys and not mismatches and not order and
+                    not foreign and out["digest_ok"])
+    say(f"{mode}: RDB {'holds exactly' if out['exact'] else 'DOES NOT hold'} the dataset "
+        f"at the fork ({out['writes_before_fork']} of {len(sets)} writes of the run before "
+        f"it, {mismatches} wrong values, {order} out of order, digest "
+        f"{'equal' if out['digest_ok'] else 'DIFFERENT'})")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--dataset-mb", type=int, default=2048)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--rate", type=int, default=4000)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--set-ratio", type=float, default=0.8)
+    ap.add_argument("--dist", default="uniform")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--baseline", type=float, default=30)
+    ap.add_argument("--modes", default="default,async")
+    a = ap.parse_args()
+    out = Path(a.out)
+    bench = TOP / "build/bench"
+    modes = a.modes.split(",")
+
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    write(Path("/proc/sys/vm/async_fork"), "1")
+    write(Path("/sys/fs/cgroup/cgroup.subtree_control"), "+memory")
+    CGROUP.mkdir(exist_ok=True)
+    p = start_server(PORT, "dump.rdb", True, "redis.log")
+    r = redis.Redis(port=PORT)
+    keys = load(r, a.dataset_mb, a.value_size)
+    used = r.info("memory")["used_memory"]
+    result = {"dataset_bytes": used, "keys": keys, "args": vars(a),
+              "redis_version": r.info("server")["redis_version"],
+              "kernel": os.uname().release, "modes": {}}
+    state, starts = {}, {}
+    for mode in modes:
+        starts[mode] = dict(state)
+        result["modes"][mode] = run_mode(r, mode, a, keys, bench)
+        # Every write of the run was answered: the dataset now has the last.
+        for c, s, k, _, _ in sorted(read_sets(WORK / f"sets-{mode}.txt")):
+            state[k] = load_value(mode[0], c, s, a.value_size)
+    stop_server(p, PORT)
+    for mode in modes:
+        result["modes"][mode]["rdb"] = verify(mode, result["modes"][mode], starts[mode],
+                                              keys, a)
+        (WORK / f"dump-{mode}.rdb").unlink()
+    for f in WORK.glob("latency-*.txt"):
+        shutil.copy(f, out / f.name)
+    for f in WORK.glob("*.log"):
+        shutil.copy(f, out / f.name)
+    (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    return 0 if all(m["rdb"]["exact"] for m in result["modes"].values()) else 1
+
+
+def run() -> int:
+    try:
+        return main()
+    except Failed as e:
+        print(f"guest: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for c in children:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(run())
