@@ -4,7 +4,8 @@
 #   make kernel-debug  build the debug guest kernel (correctness runs)
 #   make kernel-lean   build the lean guest kernel (benchmarks, demo)
 #   make test          build the debug kernel and the tests, boot, run them
-#   make demo          build the lean kernel, boot it, show what fork() costs
+#   make demo          build the lean kernel, snapshot Redis under load, both ways
+#   make bench         build the lean kernel, measure fork() against memory size
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make check-series  build the kernel with each prefix of the patch series
 #   make vm CMD='...'  boot the debug kernel and run one command in it
@@ -19,7 +20,7 @@ PYTEST_ARGS    ?=
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
-	test baseline check-series demo bench-programs vm clean distclean help
+	test baseline check-series demo bench bench-programs vm clean distclean help
 
 all: help
 
@@ -47,9 +48,12 @@ bench-programs:
 	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/bench
 
 demo: kernel-lean bench-programs
-	@$(PYTHON) bench/demo.py $(DEMO_ARGS)
+	@$(PYTHON) bench/redis_demo.py $(DEMO_ARGS)
 
-test: kernel-debug selftests upstream-selftests
+bench: kernel-lean bench-programs
+	@$(PYTHON) bench/fork_bench.py $(BENCH_ARGS)
+
+test: kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)
 
 baseline: kernel-debug upstream-selftests

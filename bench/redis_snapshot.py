@@ -78,7 +78,7 @@ def start_server(port: int, dbfilename: str, cgroup: bool, log: str) -> subproce
             "--logfile", str(WORK / log), "--daemonize", "no"]
 
     def join():
-        if cgroup:
+        if cgroup and CGROUP:
             write(CGROUP / "cgroup.procs", str(os.getpid()))
 
     p = subprocess.Popen(args, preexec_fn=join, stdout=subprocess.DEVNULL)
@@ -144,7 +144,8 @@ def read_sets(path: Path) -> list:
 
 
 def run_mode(r, mode, a, keys, bench) -> dict:
-    write(CGROUP / "memory.async_fork", str(MODES[mode]))
+    if CGROUP:
+        write(CGROUP / "memory.async_fork", str(MODES[mode]))
     say(f"{mode}: memory.async_fork={MODES[mode]}, digest of the dataset")
     digest = r.execute_command("DEBUG", "DIGEST")
     vm0 = vmstat()
@@ -242,7 +243,8 @@ def verify(mode, res, start_state, keys, a) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    global WORK, PORT, VERIFY_PORT, CGROUP
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset-mb", type=int, default=2048)
@@ -254,16 +256,31 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--baseline", type=float, default=30)
     ap.add_argument("--modes", default="default,async")
-    a = ap.parse_args()
+    ap.add_argument("--work", default=str(WORK), help="server files (emptied first)")
+    ap.add_argument("--port", type=int, default=PORT, help="and the next one to check RDBs")
+    ap.add_argument("--no-cgroup", action="store_true",
+                    help="no cgroup, no sysctl: the default fork only (tests on any kernel)")
+    ap.add_argument("--keep-rdb", action="store_true")
+    a = ap.parse_args(argv)
+    WORK, PORT, VERIFY_PORT = Path(a.work), a.port, a.port + 1
     out = Path(a.out)
     bench = TOP / "build/bench"
     modes = a.modes.split(",")
+    if any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+        fail(f"--modes: a list of distinct modes of {', '.join(MODES)}, not '{a.modes}'")
+    if a.no_cgroup:
+        CGROUP = None
+        if modes != ["default"]:
+            fail("--no-cgroup measures only --modes default")
 
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    write(Path("/proc/sys/vm/async_fork"), "1")
-    write(Path("/sys/fs/cgroup/cgroup.subtree_control"), "+memory")
-    CGROUP.mkdir(exist_ok=True)
+    if CGROUP:
+        if not Path("/proc/sys/vm/async_fork").exists():
+            fail("no /proc/sys/vm/async_fork: this kernel has no Async-fork")
+        write(Path("/proc/sys/vm/async_fork"), "1")
+        write(Path("/sys/fs/cgroup/cgroup.subtree_control"), "+memory")
+        CGROUP.mkdir(exist_ok=True)
     p = start_server(PORT, "dump.rdb", True, "redis.log")
     r = redis.Redis(port=PORT)
     keys = load(r, a.dataset_mb, a.value_size)
@@ -282,7 +299,8 @@ def main() -> int:
     for mode in modes:
         result["modes"][mode]["rdb"] = verify(mode, result["modes"][mode], starts[mode],
                                               keys, a)
-        (WORK / f"dump-{mode}.rdb").unlink()
+        if not a.keep_rdb:
+            (WORK / f"dump-{mode}.rdb").unlink()
     for f in WORK.glob("latency-*.txt"):
         shutil.copy(f, out / f.name)
     for f in WORK.glob("*.log"):
@@ -291,9 +309,9 @@ def main() -> int:
     return 0 if all(m["rdb"]["exact"] for m in result["modes"].values()) else 1
 
 
-def run() -> int:
+def run(argv=None) -> int:
     try:
-        return main()
+        return main(argv)
     except Failed as e:
         print(f"guest: error: {e}", file=sys.stderr, flush=True)
         return 1

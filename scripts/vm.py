@@ -182,11 +182,13 @@ def vng_binary() -> str:
 
 def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         timeout: float = 600, numa_nodes: int = 1, rwdirs=(), append=(),
-        log_path: Path | None = None, echo: bool = False) -> VMResult:
+        log_path: Path | None = None, echo: bool | str = False) -> VMResult:
     """Boot `kernel` (an image or a build folder), run `command`, stop.
 
     The command runs as root with the host's root filesystem visible
     read-only (writes go to a throw-away overlay), except for `rwdirs`.
+    `echo` copies the console to stdout as it comes: all of it if True,
+    only the lines that start with it if a string (progress lines).
     """
     mem = parse_size(memory)
     avail = host_available()
@@ -272,10 +274,19 @@ def _exit_on_signal(signum, frame):
 
 
 def _copy(src, log, echo):
+    prefix = echo.encode() if isinstance(echo, str) else None
+    partial = b""
     for chunk in iter(lambda: src.read1(65536), b""):
         log.write(chunk)
         log.flush()
-        if echo:
+        if prefix is not None:
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                if line.startswith(prefix):
+                    sys.stdout.buffer.write(line + b"\n")
+            sys.stdout.flush()
+        elif echo:
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
 

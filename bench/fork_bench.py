@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""The demo: how long fork() stops a process with a large heap.
+"""Benchmark: how long fork() stops a process with a large heap, default
+fork and Async-fork side by side in one boot.
 
 Boots the lean guest kernel and runs forkbench for a range of resident
-sizes, 4 KiB pages and THP, printing the time the parent spends in fork()
-and the time until the child runs.  The guest is sized from the host's free
-memory (--memory overrides).  Results go to build/results/demo/.
-
-Async-fork is not in the kernel yet (issue 3): this shows the cost it will
-remove, measured on the kernel the project builds.
+sizes, 4 KiB pages and THP: the time the parent spends in fork() and the
+time until the child runs (with Async-fork, until its page-table copy is
+done), for the default fork and for Async-fork with each number of copy
+threads (--threads).  The guest is sized from the host's free memory
+(--memory overrides).  Results go to build/results/fork/.
 """
 
 import argparse
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2",
                     help="vm.async_fork_copy_threads values to measure Async-fork with "
                          "(default 1,2; the main table uses the first)")
-    ap.add_argument("--out", default=str(TOP / "build/results/demo"))
+    ap.add_argument("--out", default=str(TOP / "build/results/fork"))
     a = ap.parse_args(argv)
 
     memory = a.memory or default_memory()
@@ -46,14 +46,14 @@ def main(argv=None) -> int:
         sizes = [int(s) for s in a.sizes.split(",")]
         guest_mb = vm.parse_size(memory) >> 20
     except ValueError:
-        print(f"demo: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'", file=sys.stderr)
+        print(f"fork_bench: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'", file=sys.stderr)
         return 2
     except vm.VMError as e:
-        print(f"demo: {e}", file=sys.stderr)
+        print(f"fork_bench: {e}", file=sys.stderr)
         return 2
     too_big = [s for s in sizes if s > guest_mb - 768]
     if too_big:
-        print(f"demo: sizes {too_big} MiB do not fit a {memory} guest (it needs 768 MiB "
+        print(f"fork_bench: sizes {too_big} MiB do not fit a {memory} guest (it needs 768 MiB "
               f"for itself): pass --memory larger or --sizes smaller", file=sys.stderr)
         return 2
     try:
@@ -61,11 +61,11 @@ def main(argv=None) -> int:
     except ValueError:
         threads = []
     if not threads or any(not 1 <= t <= 32 for t in threads):
-        print(f"demo: --threads must be numbers from 1 to 32 like 1,2, not '{a.threads}'",
+        print(f"fork_bench: --threads must be numbers from 1 to 32 like 1,2, not '{a.threads}'",
               file=sys.stderr)
         return 2
     if a.repeat < 1:
-        print("demo: --repeat must be at least 1", file=sys.stderr)
+        print("fork_bench: --repeat must be at least 1", file=sys.stderr)
         return 2
 
     bench = TOP / "build/bench/forkbench"
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
             for s in sizes for thp in (False, True) for t in [None] + threads]
     script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl" for c in cmds)
     (out / "forkbench.jsonl").unlink(missing_ok=True)
-    print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
+    print(f"fork_bench: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
           f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}; sizes {sizes} MiB", flush=True)
     try:
         r = vm.run(a.kernel, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && "
@@ -87,10 +87,10 @@ def main(argv=None) -> int:
                    timeout=300 + 60 * (1 + len(threads)) * sum(sizes) // 256,
                    rwdirs=[out], log_path=out / "console.log")
     except vm.VMError as e:
-        print(f"demo: {e}", file=sys.stderr)
+        print(f"fork_bench: {e}", file=sys.stderr)
         return 2
     if not r.ok:
-        print("demo: " + r.describe(), file=sys.stderr)
+        print("fork_bench: " + r.describe(), file=sys.stderr)
         return 1
 
     rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]

@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""The demo: an unmodified redis-server snapshots under load, with the
+default fork and with Async-fork, in one boot of the lean kernel.
+
+Boots the lean guest kernel with memory sized from the host's free memory,
+runs bench/redis_snapshot.py there (Debian's redis-server, a dataset of
+--dataset-mb, an open-loop write-heavy load, BGSAVE once per mode, each RDB
+checked against the dataset at the instant of its fork), then prints a
+side-by-side table and writes a latency-over-time plot.
+
+The table compares the requests sent while the snapshot ran (from BGSAVE
+until the child had written the RDB) with those of a window of the same
+length just before it, with no snapshot.  Latency counts from each
+request's intended send time (open loop), so a stall counts for every
+request it delays.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(TOP / "scripts"))
+
+import vm  # noqa: E402
+
+WARMUP_S = 1.0      # the first second of load is not part of the baseline
+
+
+def default_memory(dataset_mb: int) -> str:
+    """Enough for the dataset three times over (server, copies during the
+    snapshot, RDB files and the server that checks them), within 60% of
+    the host's available memory."""
+    need = 3 * dataset_mb + 1536
+    have = int(vm.host_available() * 0.6) >> 20
+    return f"{max(2048, min(need, have))}M"
+
+
+def read_latency(path: Path):
+    """(start_ns, [(intended_ns_absolute, latency_us, op)]) of a loadgen log."""
+    start, rows = None, []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                for field in line.split():
+                    if field.startswith("start_realtime_ns="):
+                        start = int(field.split("=")[1])
+                continue
+            t, lat, op = line.split()
+            rows.append((float(t), float(lat), op))
+    if start is None:
+        raise ValueError(f"{path}: no loadgen header")
+    return start, [(start + int(t * 1e3), lat, op) for t, lat, op in rows]
+
+
+def pct(sorted_vals, q):
+    if not sorted_vals:
+        return float("nan")
+    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
+
+
+def window_stats(rows, lo_ns, hi_ns) -> dict:
+    """Requests whose intended send time falls in [lo, hi)."""
+    lat = sorted(r[1] for r in rows if lo_ns <= r[0] < hi_ns)
+    secs = (hi_ns - lo_ns) / 1e9
+    # Served throughput: replies that arrived within the window.
+    done = sum(1 for r in rows if lo_ns <= r[0] + r[1] * 1e3 < hi_ns)
+    return {"requests": len(lat), "p50_ms": pct(lat, 0.5) / 1e3,
+            "p99_ms": pct(lat, 0.99) / 1e3, "p999_ms": pct(lat, 0.999) / 1e3,
+            "max_ms": (lat[-1] if lat else float("nan")) / 1e3,
+            "throughput": done / secs if secs > 0 else float("nan"), "seconds": secs}
+
+
+def analyse(out: Path, result: dict) -> dict:
+    table = {}
+    for mode, m in result["modes"].items():
+        start, rows = read_latency(out / f"latency-{mode}.txt")
+        fork, done = m["bgsave_sent_ns"], m["bgsave_done_ns"]
+        length = done - fork
+        base_len = min(length, fork - start - int(WARMUP_S * 1e9))
+        table[mode] = {
+            "fork_ms": m["fork_usec"] / 1e3,
+            "snapshot": window_stats(rows, fork, done),
+            "baseline": window_stats(rows, fork - base_len, fork),
+            "baseline_truncated": base_len < length,
+            "rdb_exact": m["rdb"]["exact"],
+            "vmstat": m["vmstat"],
+        }
+    return table
+
+
+def print_table(table: dict, result: dict, memory: str) -> None:
+    print(f"\nredis-server {result['redis_version']}, {result['dataset_bytes'] >> 20} MiB in "
+          f"{result['keys']} keys, kernel {result['kernel']}, guest {memory}, "
+          f"{result['args']['rate']} requests/s open loop ({result['args']['clients']} "
+          f"clients, {result['args']['set_ratio']:.0%} SET, {result['args']['dist']} keys)")
+    print("latency from the intended send time, ms; 'snapshot': requests sent from BGSAVE "
+          "until the RDB was written; 'before': the same length just before\n")
+    print(f"{'mode':>8} {'fork ms':>9} {'window':>9} {'seconds':>8} {'p50':>8} {'p99':>8} "
+          f"{'p99.9':>8} {'max':>9} {'req/s':>7}  RDB")
+    for mode, t in table.items():
+        for name, w in (("snapshot", t["snapshot"]), ("before", t["baseline"])):
+            first = name == "snapshot"
+            fork = f"{t['fork_ms']:.2f}" if first else ""
+            rdb = ("exact" if t["rdb_exact"] else "WRONG") if first else \
+                ("(shorter: not enough load before BGSAVE)" if t["baseline_truncated"] else "")
+            print(f"{mode if first else '':>8} {fork:>9} {name:>9} {w['seconds']:>8.1f} "
+                  f"{w['p50_ms']:>8.2f} {w['p99_ms']:>8.2f} {w['p999_ms']:>8.2f} "
+                  f"{w['max_ms']:>9.2f} {w['throughput']:>7.0f}  {rdb}")
+    if "default" in table and "async" in table:
+        d, a = table["default"], table["async"]
+        print(f"\nfork(): {d['fork_ms']:.2f} ms default, {a['fork_ms']:.3f} ms Async-fork, "
+              f"{d['fork_ms'] / max(a['fork_ms'], 1e-3):.0f}x faster; max latency during the "
+              f"snapshot / before it: {d['snapshot']['max_ms'] / d['baseline']['max_ms']:.1f}x "
+              f"default, {a['snapshot']['max_ms'] / a['baseline']['max_ms']:.1f}x Async-fork")
+
+
+def plot(out: Path, result: dict, table: dict) -> Path | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("demo: no matplotlib: no plot (run scripts/setup.sh)", file=sys.stderr)
+        return None
+    modes = list(result["modes"])
+    fig, axes = plt.subplots(len(modes), 1, figsize=(10, 3.2 * len(modes)), sharex=True,
+                             squeeze=False)
+    for ax, mode in zip(axes[:, 0], modes):
+        m = result["modes"][mode]
+        _, rows = read_latency(out / f"latency-{mode}.txt")
+        fork = m["bgsave_sent_ns"]
+        xs = [(r[0] - fork) / 1e9 for r in rows]
+        ys = [max(r[1] / 1e3, 1e-3) for r in rows]
+        ax.scatter(xs, ys, s=1, marker=".", rasterized=True)
+        ax.axvline(0, color="red", label="BGSAVE (fork)")
+        ax.axvline((m["bgsave_done_ns"] - fork) / 1e9, color="gray", linestyle="--",
+                   label="RDB written")
+        ax.set_yscale("log")
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"{'default fork' if mode == 'default' else 'Async-fork'}: fork() "
+                     f"{table[mode]['fork_ms']:.2f} ms, max during snapshot "
+                     f"{table[mode]['snapshot']['max_ms']:.1f} ms")
+        ax.legend(loc="upper right")
+    axes[-1, 0].set_xlabel("seconds since BGSAVE")
+    fig.tight_layout()
+    path = out / "latency.png"
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", default=str(TOP / "build/lean"))
+    ap.add_argument("--memory", help="guest memory (default: from the dataset and host memory)")
+    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--dataset-mb", type=int, default=2048)
+    ap.add_argument("--rate", type=int, default=4000, help="requests per second (open loop)")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--set-ratio", type=float, default=0.8)
+    ap.add_argument("--dist", default="uniform", help="uniform, gauss[:SIGMA] or hot[:F:P]")
+    ap.add_argument("--baseline", type=float, default=None,
+                    help="seconds of load before BGSAVE (default: from the dataset size)")
+    ap.add_argument("--out", default=str(TOP / "build/results/redis-demo"))
+    a = ap.parse_args(argv)
+
+    if a.dataset_mb < 16 or a.rate < 1 or a.clients < 1 or not 0 <= a.set_ratio <= 1:
+        print("demo: --dataset-mb must be at least 16, --rate and --clients at least 1, "
+              "--set-ratio in [0, 1]", file=sys.stderr)
+        return 2
+    try:
+        memory = a.memory or default_memory(a.dataset_mb)
+        guest_mb = vm.parse_size(memory) >> 20
+    except vm.VMError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    need = 3 * a.dataset_mb + 1024
+    if guest_mb < need:
+        print(f"demo: a {a.dataset_mb} MiB dataset does not fit a {guest_mb} MiB guest "
+              f"(it needs about {need} MiB: the server, its copies during the snapshot, "
+              f"the RDB files and the server that checks them): pass a smaller "
+              f"--dataset-mb or a larger --memory", file=sys.stderr)
+        return 2
+    # Under emulation the snapshot of 1 GiB takes tens of seconds: the window
+    # before BGSAVE must be as long to compare with.
+    baseline = a.baseline if a.baseline is not None else max(20.0, a.dataset_mb / 1024 * 45)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in out.glob("latency-*.txt"):
+        f.unlink()
+    (out / "result.json").unlink(missing_ok=True)
+    cmd = (f"{TOP}/.venv/bin/python {TOP}/bench/redis_snapshot.py --out {out} "
+           f"--dataset-mb {a.dataset_mb} --rate {a.rate} --clients {a.clients} "
+           f"--set-ratio {a.set_ratio} --dist {a.dist} --baseline {baseline}")
+    print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
+          f"{a.cpus} CPUs, {'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
+    try:
+        r = vm.run(a.kernel, cmd, memory=memory, cpus=a.cpus,
+                   timeout=900 + 4 * baseline + a.dataset_mb * 0.6,
+                   rwdirs=[out], log_path=out / "console.log", echo="guest:")
+    except vm.VMError as e:
+        print(f"demo: {e}", file=sys.stderr)
+        return 2
+    if not (out / "result.json").exists() or r.timed_out or r.reports:
+        print("demo: " + r.describe(), file=sys.stderr)
+        return 1
+    result = json.loads((out / "result.json").read_text())
+    table = analyse(out, result)
+    (out / "table.json").write_text(json.dumps({"table": table, "memory": memory,
+                                                "project": vm.git_describe(),
+                                                "kvm": vm.kvm_usable()}, indent=1) + "\n")
+    print_table(table, result, memory)
+    png = plot(out, result, table)
+    print(f"\nresults: {out}/table.json, loadgen logs latency-*.txt"
+          f"{f', plot {png}' if png else ''}")
+    if not vm.kvm_usable():
+        print("note: this guest runs under TCG emulation; compare the two modes of one run, "
+              "not absolute times.")
+    return 0 if r.ok and all(t["rdb_exact"] for t in table.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

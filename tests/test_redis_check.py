@@ -1,0 +1,101 @@
+"""The Redis demo's snapshot check: it passes on an RDB written by a correct
+fork under load, and fails on an RDB that lost a write or changed a key the
+load never touched.  Runs on the host (its kernel's default fork) with
+Debian's redis-server and loadgen; a check that cannot fail proves nothing."""
+
+import json
+import shutil
+import socket
+import sys
+from argparse import Namespace
+
+import pytest
+import redis
+
+from conftest import BUILD, TOP
+
+sys.path.insert(0, str(TOP / "bench"))
+import redis_snapshot  # noqa: E402
+
+
+def free_port_pair() -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65535:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + 1))
+                    return port
+                except OSError:
+                    continue
+    raise RuntimeError("no two free ports in a row")
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory):
+    if not shutil.which("redis-server"):
+        pytest.fail("no redis-server: run scripts/setup.sh")
+    if not (BUILD / "bench/loadgen").exists():
+        pytest.fail("no build/bench/loadgen: run make bench-programs")
+    tmp = tmp_path_factory.mktemp("redis")
+    out, work = tmp / "out", tmp / "work"
+    out.mkdir()
+    rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
+                             "--port", str(free_port_pair()), "--no-cgroup",
+                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
+                             "--clients", "4", "--baseline", "2", "--keep-rdb"])
+    result = json.loads((out / "result.json").read_text())
+    return rc, result, work
+
+
+def recheck(result, work, tamper) -> dict:
+    """verify() again on a copy of the RDB that `tamper(server)` changed."""
+    a = Namespace(**result["args"])
+    res = result["modes"]["default"]
+    rdb = work / "dump-default.rdb"
+    good = work / "dump-default.good"
+    shutil.copy(rdb, good)
+    try:
+        p = redis_snapshot.start_server(redis_snapshot.VERIFY_PORT, rdb.name, False,
+                                        "tamper.log")
+        r = redis.Redis(port=redis_snapshot.VERIFY_PORT)
+        tamper(r)
+        r.save()
+        redis_snapshot.stop_server(p, redis_snapshot.VERIFY_PORT)
+        return redis_snapshot.verify("default", res, {}, result["keys"], a)
+    finally:
+        shutil.move(good, rdb)
+
+
+def test_exact_snapshot_passes(snapshot):
+    rc, result, _ = snapshot
+    rdb = result["modes"]["default"]["rdb"]
+    assert rc == 0 and rdb["exact"], rdb
+    # The fork fell inside the load: writes on both sides of it.
+    assert 0 < rdb["writes_before_fork"] < rdb["sets"], rdb
+
+
+def test_lost_write_is_caught(snapshot):
+    _, result, work = snapshot
+    sets = redis_snapshot.read_sets(work / "sets-default.txt")
+    first = min(sets, key=lambda s: s[1])      # the first write of a connection
+
+    def tamper(r):
+        # Back to the dataset's value: as if that write had been lost.
+        r.set(f"key:{first[2]}", redis_snapshot.preload_value(first[2],
+                                                              result["args"]["value_size"]))
+    rdb = recheck(result, work, tamper)
+    assert not rdb["exact"] and rdb["mismatches"] + rdb["order_violations"] > 0, rdb
+
+
+def test_changed_untouched_key_is_caught(snapshot):
+    _, result, work = snapshot
+    touched = {s[2] for s in redis_snapshot.read_sets(work / "sets-default.txt")}
+    k = next(k for k in range(result["keys"]) if k not in touched)
+
+    def tamper(r):
+        r.set(f"key:{k}", b"x" * result["args"]["value_size"])
+    rdb = recheck(result, work, tamper)
+    assert not rdb["exact"] and not rdb["digest_ok"], rdb
