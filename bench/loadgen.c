@@ -262,6 +262,20 @@ static void parse(int argc, char **argv)
 		usage("--value-size must be at least 32 plus the tag (the value names its request)");
 }
 
+/* Double an array of *cap elements of @size bytes; NULL (said) if no memory. */
+static void *grow(void *a, uint64_t *cap, size_t size)
+{
+	void *n = realloc(a, 2 * *cap * size);
+
+	if (!n) {
+		fprintf(stderr, "loadgen: out of memory for %llu records\n",
+			(unsigned long long)(2 * *cap));
+		return NULL;
+	}
+	*cap *= 2;
+	return n;
+}
+
 static redisContext *connect_one(void)
 {
 	struct timeval tv = { .tv_sec = CONNECT_S };
@@ -296,8 +310,8 @@ static void conn_error(long i, redisContext *c, const char *what)
 
 int main(int argc, char **argv)
 {
-	uint64_t interval, end, start_mono, start_real, total, recorded = 0;
-	uint64_t deadline, errors = 0, sent = 0, nsets = 0;
+	uint64_t interval, end, start_mono, start_real, recorded = 0, rec_cap;
+	uint64_t deadline, errors = 0, sent = 0, nsets = 0, sets_cap;
 	struct set_record *sets;
 	struct record *rec;
 	struct pollfd *pfd;
@@ -311,12 +325,12 @@ int main(int argc, char **argv)
 	value = malloc(opt.value_size);
 	conns = calloc(opt.clients, sizeof(*conns));
 	pfd = calloc(opt.clients, sizeof(*pfd));
-	total = (uint64_t)(opt.rate * opt.duration) + opt.clients;
-	rec = malloc(total * sizeof(*rec));
-	sets = malloc(total * sizeof(*sets));
+	/* Room for a minute at the most; grown as needed. */
+	rec_cap = sets_cap = (uint64_t)(opt.rate * fmin(opt.duration, 60)) + opt.clients;
+	rec = malloc(rec_cap * sizeof(*rec));
+	sets = malloc(sets_cap * sizeof(*sets));
 	if (!value || !conns || !pfd || !rec || !sets) {
-		fprintf(stderr, "loadgen: out of memory for %llu records\n",
-			(unsigned long long)total);
+		fprintf(stderr, "loadgen: out of memory\n");
 		return 1;
 	}
 	memset(value, 'v', opt.value_size);
@@ -452,10 +466,15 @@ int main(int argc, char **argv)
 				p = k->fifo[k->head];
 				k->head = (k->head + 1) % k->cap;
 				k->count--;
-				if (recorded < total)
-					rec[recorded++] = (struct record){
+				if (recorded == rec_cap &&
+				    !(rec = grow(rec, &rec_cap, sizeof(*rec))))
+					return 1;
+				rec[recorded++] = (struct record){
 						p.intended, t - p.intended, p.op };
-				if (p.op == 'S' && nsets < total)
+				if (p.op == 'S' && nsets == sets_cap &&
+				    !(sets = grow(sets, &sets_cap, sizeof(*sets))))
+					return 1;
+				if (p.op == 'S')
 					sets[nsets++] = (struct set_record){
 						p.seq, start_real + p.appended,
 						start_real + t, p.key, i };

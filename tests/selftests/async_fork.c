@@ -295,7 +295,7 @@ TEST_F_TIMEOUT(af, cgroup_file, 180)
 	EXPECT_EQ(rmdir(CGROUP), 0);
 }
 
-/* A process that ever pinned pages copies the default way, and says why. */
+/* A process that ever took a long-term pin copies the default way, and says why. */
 TEST_F_TIMEOUT(af, pinned_process_falls_back, 180)
 {
 	struct pin_longterm_test pin = {
@@ -309,7 +309,7 @@ TEST_F_TIMEOUT(af, pinned_process_falls_back, 180)
 	if (fd < 0)
 		SKIP(return, "no /sys/kernel/debug/gup_test (CONFIG_GUP_TEST)");
 	set_sysctl(2);
-	/* The pin sets MMF_HAS_PINNED on this process for good: fork first. */
+	/* The pin marks this process for good: pin in a child of it. */
 	pid = fork();
 	ASSERT_GE(pid, 0);
 	if (pid == 0) {
@@ -324,6 +324,44 @@ TEST_F_TIMEOUT(af, pinned_process_falls_back, 180)
 		if (vmstat("async_fork") != forks)
 			_exit(12);
 		_exit(vmstat("async_fork_fallback") == fallbacks + 1 ? 0 : 13);
+	}
+	EXPECT_EQ(reap(pid), 0);
+	close(fd);
+}
+
+/*
+ * Short pins (pin_user_pages_fast() without FOLL_LONGTERM, as O_DIRECT and
+ * netfs reads take them) leave Async-fork on.
+ */
+TEST_F_TIMEOUT(af, short_pin_keeps_async_fork, 180)
+{
+	struct gup_test gup = {
+		.addr = (uintptr_t)self->mem, .size = SZ_2M,
+		.nr_pages_per_call = 64, .gup_flags = 1,	/* FOLL_WRITE */
+	};
+	int fd = open("/sys/kernel/debug/gup_test", O_RDWR);
+	pid_t pid;
+
+	if (fd < 0)
+		SKIP(return, "no /sys/kernel/debug/gup_test (CONFIG_GUP_TEST)");
+	set_sysctl(2);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		long forks, fallbacks;
+
+		/* Pins 512 pages and unpins them. */
+		if (ioctl(fd, PIN_FAST_BENCHMARK, &gup))
+			_exit(10);
+		forks = vmstat("async_fork");
+		fallbacks = vmstat("async_fork_fallback");
+		fill(self->mem, REGION, 1);
+		pid = fork_checker(self->mem);
+		if (reap(pid) != 0)
+			_exit(11);
+		if (vmstat("async_fork_fallback") != fallbacks)
+			_exit(12);
+		_exit(vmstat("async_fork") == forks + 1 ? 0 : 13);
 	}
 	EXPECT_EQ(reap(pid), 0);
 	close(fd);

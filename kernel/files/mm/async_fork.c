@@ -443,11 +443,17 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 	if (!af_wanted(oldmm))
 		return NULL;
 	/*
-	 * A page pinned before fork() may be written by a device at any
-	 * time: the child must get its copy now, not later.
+	 * A page pinned for the long term (io_uring fixed buffers, RDMA,
+	 * VFIO) may be written by a device for I/O the parent starts after
+	 * fork() returned, with no page-table walk on the way: the child
+	 * must get its copy now.  Other pins (O_DIRECT, netfs reads) last
+	 * only as long as I/O started before fork(), whose order against
+	 * fork() nobody can observe; a new pin after fork() goes through
+	 * GUP, which copies the table first; and copy_pte_range() copies,
+	 * rather than shares, a page that is pinned when the child copies it.
 	 */
-	if (test_bit(MMF_HAS_PINNED, &oldmm->flags)) {
-		af_fallback(oldmm, "pinned");
+	if (test_bit(MMF_ASYNC_FORK_LONGTERM_PIN, &oldmm->flags)) {
+		af_fallback(oldmm, "longterm-pinned");
 		return NULL;
 	}
 	atomic_inc(&af_live);

@@ -107,6 +107,18 @@ static inline bool async_fork_gup_fast_defer(pmd_t pmd)
 	       pmd_async_fork_marked(pmd);
 }
 
+/*
+ * A FOLL_LONGTERM pin outlives the call that took it: a device may write
+ * through it for I/O that the parent starts after a later fork() returned,
+ * with no page-table walk to hook.  Such an mm copies its page tables at
+ * fork, as before.
+ */
+static inline void async_fork_longterm_pin(struct mm_struct *mm)
+{
+	if (!test_bit(MMF_ASYNC_FORK_LONGTERM_PIN, &mm->flags))
+		set_bit(MMF_ASYNC_FORK_LONGTERM_PIN, &mm->flags);
+}
+
 #else /* !CONFIG_ASYNC_FORK */
 
 static inline struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
@@ -173,6 +185,10 @@ static inline bool async_fork_gup_defer(struct vm_area_struct *vma,
 static inline bool async_fork_gup_fast_defer(pmd_t pmd)
 {
 	return false;
+}
+
+static inline void async_fork_longterm_pin(struct mm_struct *mm)
+{
 }
 
 #endif /* CONFIG_ASYNC_FORK */
