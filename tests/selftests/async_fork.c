@@ -295,6 +295,42 @@ TEST_F_TIMEOUT(af, cgroup_file, 180)
 	EXPECT_EQ(rmdir(CGROUP), 0);
 }
 
+/* How fork_kind() saw a fork go. */
+enum { WENT_ASYNC = 20, FELL_BACK, CHILD_FAILED, COUNTERS_ODD };
+
+/* Fork a checker and say, by the counters, which way that fork went. */
+static int fork_kind(const char *mem)
+{
+	long forks = vmstat("async_fork");
+	long fallbacks = vmstat("async_fork_fallback");
+
+	if (reap(fork_checker(mem)) != 0)
+		return CHILD_FAILED;
+	forks = vmstat("async_fork") - forks;
+	fallbacks = vmstat("async_fork_fallback") - fallbacks;
+	if (forks == 1 && !fallbacks)
+		return WENT_ASYNC;
+	return !forks && fallbacks == 1 ? FELL_BACK : COUNTERS_ODD;
+}
+
+/*
+ * Run @cmd of gup_test on @arg in a child (a pin marks a process for
+ * good), then fork_kind() there; returns the child's exit status.
+ */
+static int pin_then_fork(int fd, unsigned long cmd, void *arg, const char *mem)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		if (ioctl(fd, cmd, arg))
+			_exit(10);
+		if (cmd == PIN_LONGTERM_TEST_START)
+			ioctl(fd, PIN_LONGTERM_TEST_STOP);
+		_exit(fork_kind(mem));
+	}
+	return pid < 0 ? -1 : reap(pid);
+}
+
 /* A process that ever took a long-term pin copies the default way, and says why. */
 TEST_F_TIMEOUT(af, pinned_process_falls_back, 180)
 {
@@ -302,30 +338,15 @@ TEST_F_TIMEOUT(af, pinned_process_falls_back, 180)
 		.addr = (uintptr_t)self->mem, .size = 4096,
 		.flags = PIN_LONGTERM_TEST_FLAG_USE_WRITE,
 	};
-	long forks, fallbacks;
 	int fd = open("/sys/kernel/debug/gup_test", O_RDWR);
-	pid_t pid;
+	int status;
 
 	if (fd < 0)
 		SKIP(return, "no /sys/kernel/debug/gup_test (CONFIG_GUP_TEST)");
 	set_sysctl(2);
-	/* The pin marks this process for good: pin in a child of it. */
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		if (ioctl(fd, PIN_LONGTERM_TEST_START, &pin))
-			_exit(10);
-		ioctl(fd, PIN_LONGTERM_TEST_STOP);
-		forks = vmstat("async_fork");
-		fallbacks = vmstat("async_fork_fallback");
-		pid = fork_checker(self->mem);
-		if (reap(pid) != 0)
-			_exit(11);
-		if (vmstat("async_fork") != forks)
-			_exit(12);
-		_exit(vmstat("async_fork_fallback") == fallbacks + 1 ? 0 : 13);
-	}
-	EXPECT_EQ(reap(pid), 0);
+	status = pin_then_fork(fd, PIN_LONGTERM_TEST_START, &pin, self->mem);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(WEXITSTATUS(status), FELL_BACK);
 	close(fd);
 }
 
@@ -340,30 +361,15 @@ TEST_F_TIMEOUT(af, short_pin_keeps_async_fork, 180)
 		.nr_pages_per_call = 64, .gup_flags = 1,	/* FOLL_WRITE */
 	};
 	int fd = open("/sys/kernel/debug/gup_test", O_RDWR);
-	pid_t pid;
+	int status;
 
 	if (fd < 0)
 		SKIP(return, "no /sys/kernel/debug/gup_test (CONFIG_GUP_TEST)");
 	set_sysctl(2);
-	pid = fork();
-	ASSERT_GE(pid, 0);
-	if (pid == 0) {
-		long forks, fallbacks;
-
-		/* Pins 512 pages and unpins them. */
-		if (ioctl(fd, PIN_FAST_BENCHMARK, &gup))
-			_exit(10);
-		forks = vmstat("async_fork");
-		fallbacks = vmstat("async_fork_fallback");
-		fill(self->mem, REGION, 1);
-		pid = fork_checker(self->mem);
-		if (reap(pid) != 0)
-			_exit(11);
-		if (vmstat("async_fork_fallback") != fallbacks)
-			_exit(12);
-		_exit(vmstat("async_fork") == forks + 1 ? 0 : 13);
-	}
-	EXPECT_EQ(reap(pid), 0);
+	/* Pins 512 pages with FOLL_PIN and unpins them. */
+	status = pin_then_fork(fd, PIN_FAST_BENCHMARK, &gup, self->mem);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(WEXITSTATUS(status), WENT_ASYNC);
 	close(fd);
 }
 
