@@ -135,6 +135,74 @@ def load(r: redis.Redis, mb: int, value_size: int) -> int:
         batch = max(10_000, min(2_000_000, (target - used) // per_key))
 
 
+class Trace:
+    """The Async-fork tracepoints (tracefs) around one snapshot: the
+    parent's proactive synchronizations (each one an interruption of the
+    server) and the child's copy, with their durations."""
+
+    DIR = Path("/sys/kernel/tracing")
+    EVENTS = ("async_fork_start", "async_fork_sync", "async_fork_child_done",
+              "async_fork_fallback")
+
+    def __init__(self, enabled: bool):
+        if enabled and not (self.DIR / "trace").exists():
+            subprocess.run(["mount", "-t", "tracefs", "none", str(self.DIR)], check=False)
+        self.ok = enabled and (self.DIR / "events/async_fork").is_dir()
+
+    def start(self) -> None:
+        if not self.ok:
+            return
+        write(self.DIR / "tracing_on", "0")
+        write(self.DIR / "trace_clock", "mono")
+        write(self.DIR / "buffer_size_kb", "16384")
+        write(self.DIR / "trace", "")
+        for e in self.EVENTS:
+            write(self.DIR / f"events/async_fork/{e}/enable", "1")
+        write(self.DIR / "tracing_on", "1")
+
+    def stop(self, pid: int) -> dict:
+        """Events of the server (pid) and of its snapshot child, times in
+        ns of CLOCK_REALTIME."""
+        if not self.ok:
+            return {}
+        write(self.DIR / "tracing_on", "0")
+        offset = time.time_ns() - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        text = (self.DIR / "trace").read_text()
+        for e in self.EVENTS:
+            write(self.DIR / f"events/async_fork/{e}/enable", "0")
+        out = {"forks": [], "syncs": [], "child": [], "fallbacks": [],
+               "lost": "LOST" in text}
+        mms = set()
+        for line in text.splitlines():
+            if line.startswith("#") or ": async_fork_" not in line:
+                continue
+            head, _, rest = line.partition(": async_fork_")
+            event, _, fields = rest.partition(": ")
+            f = dict(kv.split("=", 1) for kv in fields.split() if "=" in kv)
+            try:
+                task_pid = int(head.split("[")[0].strip().rsplit("-", 1)[1])
+                ts = offset + int(float(head.rsplit(None, 1)[1].rstrip(":")) * 1e9)
+            except (IndexError, ValueError):
+                continue
+            if event == "start" and task_pid == pid:
+                mms.add(f["mm"])
+                out["forks"].append({"t_ns": ts, "vmas": int(f["vmas"]),
+                                     "pmds": int(f["pmds"]), "child_mm": f["child_mm"]})
+            elif event == "sync" and f.get("mm") in mms:
+                out["syncs"].append({"t_ns": ts, "pmds": int(f["pmds"]),
+                                     "vma_wide": f["vma_wide"] == "1",
+                                     "duration_ns": int(f["duration_ns"])})
+            elif event == "child_done" and any(f.get("child_mm") == x["child_mm"]
+                                               for x in out["forks"]):
+                out["child"].append({"t_ns": ts, "pmds": int(f["pmds"]),
+                                     "threads": int(f["threads"]),
+                                     "duration_ns": int(f["duration_ns"]),
+                                     "err": int(f["err"])})
+            elif event == "fallback" and task_pid == pid:
+                out["fallbacks"].append(f.get("reason", "?"))
+        return out
+
+
 def read_sets(path: Path) -> list:
     sets = []
     for line in path.read_text().splitlines():
@@ -143,7 +211,7 @@ def read_sets(path: Path) -> list:
     return sets
 
 
-def run_mode(r, mode, a, keys, bench) -> dict:
+def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     if CGROUP:
         write(CGROUP / "memory.async_fork", str(MODES[mode]))
     say(f"{mode}: memory.async_fork={MODES[mode]}, digest of the dataset")
@@ -161,12 +229,14 @@ def run_mode(r, mode, a, keys, bench) -> dict:
     time.sleep(a.baseline)
     if lg.poll() is not None:
         fail(f"loadgen exited early ({lg.returncode})")
+    trace.start()
     t_sent = time.time_ns()
     r.bgsave()
     t_reply = time.time_ns()
     while r.info("persistence")["rdb_bgsave_in_progress"]:
         time.sleep(0.05)
     t_done = time.time_ns()
+    events = trace.stop(pid)
     time.sleep(1)
     lg.send_signal(signal.SIGTERM)
     if lg.wait(timeout=120) != 0:
@@ -179,9 +249,11 @@ def run_mode(r, mode, a, keys, bench) -> dict:
     res = {"fork_usec": stats["latest_fork_usec"], "bgsave_sent_ns": t_sent,
            "bgsave_reply_ns": t_reply, "bgsave_done_ns": t_done,
            "digest_before": digest.decode() if isinstance(digest, bytes) else digest,
-           "vmstat": {k: vm1[k] - vm0.get(k, 0) for k in vm1}}
+           "vmstat": {k: vm1[k] - vm0.get(k, 0) for k in vm1}, "trace": events}
+    syncs = [x["duration_ns"] for x in events.get("syncs", [])]
     say(f"{mode}: fork {res['fork_usec'] / 1000:.1f} ms, snapshot "
-        f"{(t_done - t_sent) / 1e9:.1f} s, async_fork counters {res['vmstat']}")
+        f"{(t_done - t_sent) / 1e9:.1f} s, {len(syncs)} synchronizations in the server "
+        f"(longest {max(syncs, default=0) / 1e6:.2f} ms), async_fork counters {res['vmstat']}")
     return res
 
 
@@ -256,6 +328,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--baseline", type=float, default=30)
     ap.add_argument("--modes", default="default,async")
+    ap.add_argument("--copy-threads", type=int, default=1,
+                    help="vm.async_fork_copy_threads for the Async-fork snapshot")
     ap.add_argument("--work", default=str(WORK), help="server files (emptied first)")
     ap.add_argument("--port", type=int, default=PORT, help="and the next one to check RDBs")
     ap.add_argument("--no-cgroup", action="store_true",
@@ -279,6 +353,10 @@ def main(argv=None) -> int:
         if not Path("/proc/sys/vm/async_fork").exists():
             fail("no /proc/sys/vm/async_fork: this kernel has no Async-fork")
         write(Path("/proc/sys/vm/async_fork"), "1")
+        try:
+            write(Path("/proc/sys/vm/async_fork_copy_threads"), str(a.copy_threads))
+        except OSError as e:
+            fail(f"--copy-threads {a.copy_threads}: {e.strerror}")
         write(Path("/sys/fs/cgroup/cgroup.subtree_control"), "+memory")
         CGROUP.mkdir(exist_ok=True)
     p = start_server(PORT, "dump.rdb", True, "redis.log")
@@ -289,9 +367,10 @@ def main(argv=None) -> int:
               "redis_version": r.info("server")["redis_version"],
               "kernel": os.uname().release, "modes": {}}
     state, starts = {}, {}
+    trace = Trace(CGROUP is not None)
     for mode in modes:
         starts[mode] = dict(state)
-        result["modes"][mode] = run_mode(r, mode, a, keys, bench)
+        result["modes"][mode] = run_mode(r, mode, a, keys, bench, trace, p.pid)
         # Every write of the run was answered: the dataset now has the last.
         for c, s, k, _, _ in sorted(read_sets(WORK / f"sets-{mode}.txt")):
             state[k] = load_value(mode[0], c, s, a.value_size)
