@@ -5,7 +5,9 @@
 #   make kernel-lean   build the lean guest kernel (benchmarks, demo)
 #   make test          build the debug kernel and the tests, boot, run them
 #   make demo          build the lean kernel, snapshot Redis under load, both ways
-#   make bench         build the lean kernel, measure fork() against memory size
+#   make bench         build the lean kernel, run the benchmarks (fork() against
+#                      memory size and copy threads; Redis snapshots across sizes,
+#                      loads and copy threads): bench-fork, then bench-redis
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make check-series  build the kernel with each prefix of the patch series
 #   make vm CMD='...'  boot the debug kernel and run one command in it
@@ -20,12 +22,12 @@ PYTEST_ARGS    ?=
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
-	test baseline check-series demo bench bench-programs vm clean distclean help
+	test baseline check-series demo bench bench-fork bench-redis bench-programs vm clean distclean help
 
 all: help
 
 help:
-	@sed -n '2,14s/^# \{0,1\}//p' Makefile
+	@sed -n '2,16s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh
@@ -50,8 +52,13 @@ bench-programs:
 demo: kernel-lean bench-programs
 	@$(PYTHON) bench/redis_demo.py $(DEMO_ARGS)
 
-bench: kernel-lean bench-programs
-	@$(PYTHON) bench/fork_bench.py $(BENCH_ARGS)
+bench: bench-fork bench-redis
+
+bench-fork: kernel-lean bench-programs
+	@$(PYTHON) bench/fork_bench.py $(BENCH_FORK_ARGS)
+
+bench-redis: kernel-lean bench-programs
+	@$(PYTHON) bench/redis_bench.py $(BENCH_REDIS_ARGS)
 
 test: kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)

@@ -22,39 +22,48 @@ sys.path.insert(0, str(TOP / "scripts"))
 import vm  # noqa: E402
 
 
-def default_memory() -> str:
-    """Half the host's available memory, at most 16 GiB, at least 2 GiB."""
-    gib = max(2, min(16, (vm.host_available() >> 30) // 2))
-    return f"{gib}G"
+GUEST_OWN_MB = 768     # what the guest needs besides the measured heap
+
+
+def default_memory(largest_mb: int) -> str:
+    """The largest heap and the guest's own needs, within 60% of the
+    host's available memory, at least 2 GiB."""
+    have = int(vm.host_available() * 0.6) >> 20
+    return f"{max(2048, min(largest_mb + GUEST_OWN_MB + 256, have))}M"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernel", default=str(TOP / "build/lean"))
     ap.add_argument("--memory", default=None, help="guest memory (default: from host free memory)")
-    ap.add_argument("--sizes", default="256,512,1024,2048",
-                    help="resident sizes in MiB, comma-separated (default 256,512,1024,2048)")
+    ap.add_argument("--sizes", default="512,1024,2048,4096,8192",
+                    help="resident sizes in MiB, comma-separated (default 512,...,8192)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--threads", default="1,2",
-                    help="vm.async_fork_copy_threads values to measure Async-fork with "
-                         "(default 1,2; the main table uses the first)")
+    ap.add_argument("--threads", default="1,2,4",
+                    help="vm.async_fork_copy_threads values to measure Async-fork with, "
+                         "4 KiB pages (default 1,2,4; the main table and THP use the first)")
     ap.add_argument("--out", default=str(TOP / "build/results/fork"))
     a = ap.parse_args(argv)
 
-    memory = a.memory or default_memory()
     try:
         sizes = [int(s) for s in a.sizes.split(",")]
-        guest_mb = vm.parse_size(memory) >> 20
+        if not sizes or min(sizes) < 1:
+            raise ValueError
     except ValueError:
-        print(f"fork_bench: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'", file=sys.stderr)
+        print(f"fork_bench: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'",
+              file=sys.stderr)
         return 2
+    memory = a.memory or default_memory(max(sizes))
+    try:
+        guest_mb = vm.parse_size(memory) >> 20
     except vm.VMError as e:
         print(f"fork_bench: {e}", file=sys.stderr)
         return 2
-    too_big = [s for s in sizes if s > guest_mb - 768]
+    too_big = [s for s in sizes if s > guest_mb - GUEST_OWN_MB]
     if too_big:
-        print(f"fork_bench: sizes {too_big} MiB do not fit a {memory} guest (it needs 768 MiB "
-              f"for itself): pass --memory larger or --sizes smaller", file=sys.stderr)
+        print(f"fork_bench: sizes {too_big} MiB do not fit a {memory} guest (it needs "
+              f"{GUEST_OWN_MB} MiB for itself): pass --memory larger or --sizes smaller",
+              file=sys.stderr)
         return 2
     try:
         threads = [int(t) for t in a.threads.split(",")]
@@ -71,11 +80,13 @@ def main(argv=None) -> int:
     bench = TOP / "build/bench/forkbench"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    # Each size: the default fork, then Async-fork with each thread count.
+    # Each size: the default fork, then Async-fork with each thread count
+    # (THP: with the first only, its PMD-mapped pages are copied at fork).
     cmds = [f"sysctl -qw vm.async_fork_copy_threads={t or 1} && "
             f"{bench} --size-mb {s} {'--thp ' if thp else ''}{'--async ' if t else ''}"
             f"--repeat {a.repeat}"
-            for s in sizes for thp in (False, True) for t in [None] + threads]
+            for s in sizes for thp in (False, True)
+            for t in [None] + (threads[:1] if thp else threads)]
     script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl" for c in cmds)
     (out / "forkbench.jsonl").unlink(missing_ok=True)
     print(f"fork_bench: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
@@ -84,7 +95,8 @@ def main(argv=None) -> int:
         r = vm.run(a.kernel, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && "
                    f"sysctl -qw vm.async_fork=1 && {script}",
                    memory=memory, cpus=2,
-                   timeout=300 + 60 * (1 + len(threads)) * sum(sizes) // 256,
+                   # Under TCG: about 10 s per GiB to touch, 5 per fork and check.
+                   timeout=600 + 2 * (3 + len(threads)) * sum(sizes) / 1024 * (10 + 5 * a.repeat),
                    rwdirs=[out], log_path=out / "console.log")
     except vm.VMError as e:
         print(f"fork_bench: {e}", file=sys.stderr)

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Benchmark: the Redis snapshot of the demo across dataset sizes, SET
+ratios, client counts and copy threads, in one boot of the lean kernel.
+
+Each configuration runs bench/redis_snapshot.py (a fresh redis-server, its
+dataset, an open-loop load, BGSAVE with the default fork and with
+Async-fork, each RDB checked exactly), then the host reports, per
+configuration: fork() time both ways, the latency of the requests sent
+during the snapshot against an equal window before it, the server's
+interruptions by proactive synchronization (tracepoints) and the child's
+copy time.  Results: build/results/redis-bench/{results.json,*.png}.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(TOP / "scripts"))
+sys.path.insert(0, str(TOP / "bench"))
+
+import redis_demo  # noqa: E402
+import vm  # noqa: E402
+
+
+def numbers(text: str, kind, what: str) -> list:
+    try:
+        vals = [kind(x) for x in text.split(",") if x]
+    except ValueError:
+        vals = []
+    if not vals:
+        print(f"redis_bench: {what} must be a comma-separated list of numbers, not '{text}'",
+              file=sys.stderr)
+        sys.exit(2)
+    return vals
+
+
+def configurations(a) -> list:
+    """(name, redis_snapshot.py arguments, dataset MiB): the size sweep at
+    the reference load, then the other parameters one at a time at the
+    smallest size (copy threads at the largest, Async-fork only)."""
+    ref = {"dataset_mb": a.sizes[0], "set_ratio": 0.8, "clients": 8, "threads": 1,
+           "modes": "default,async"}
+    cfgs = [dict(ref, dataset_mb=s) for s in a.sizes]
+    cfgs += [dict(ref, set_ratio=x) for x in a.set_ratios if x != ref["set_ratio"]]
+    cfgs += [dict(ref, clients=c) for c in a.clients if c != ref["clients"]]
+    cfgs += [dict(ref, dataset_mb=a.sizes[-1], threads=t, modes="async")
+             for t in a.threads if t != 1]
+    for c in cfgs:
+        c["name"] = (f"{c['dataset_mb']}M-set{int(c['set_ratio'] * 100)}-c{c['clients']}"
+                     f"-t{c['threads']}")
+    return cfgs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", default=str(TOP / "build/lean"))
+    ap.add_argument("--memory", help="guest memory (default: from the largest dataset)")
+    ap.add_argument("--sizes", default="256,512,1024", help="dataset sizes, MiB")
+    ap.add_argument("--set-ratios", default="0.2,1.0", help="SET ratios besides 0.8")
+    ap.add_argument("--clients", default="1,32", help="client counts besides 8")
+    ap.add_argument("--threads", default="2,4", help="copy threads besides 1")
+    ap.add_argument("--rate", type=int, default=redis_demo.DEFAULT_RATE)
+    ap.add_argument("--out", default=str(TOP / "build/results/redis-bench"))
+    a = ap.parse_args(argv)
+    a.sizes = sorted(numbers(a.sizes, int, "--sizes"))
+    a.set_ratios = numbers(a.set_ratios, float, "--set-ratios")
+    a.clients = numbers(a.clients, int, "--clients")
+    a.threads = numbers(a.threads, int, "--threads")
+    if (a.sizes[0] < 16 or a.rate < 1 or any(not 0 <= x <= 1 for x in a.set_ratios) or
+            any(c < 1 for c in a.clients) or any(not 1 <= t <= 32 for t in a.threads)):
+        print("redis_bench: sizes at least 16 MiB, --rate and client counts at least 1, "
+              "SET ratios in [0, 1], copy threads from 1 to 32", file=sys.stderr)
+        return 2
+    try:
+        memory = a.memory or redis_demo.default_memory(a.sizes[-1])
+        guest_mb = vm.parse_size(memory) >> 20
+    except vm.VMError as e:
+        print(f"redis_bench: {e}", file=sys.stderr)
+        return 2
+    if guest_mb < redis_demo.needed_mb(a.sizes[-1]):
+        print(f"redis_bench: a {a.sizes[-1]} MiB dataset does not fit a {guest_mb} MiB "
+              f"guest (it needs about {redis_demo.needed_mb(a.sizes[-1])} MiB): pass "
+              f"smaller --sizes or a larger --memory", file=sys.stderr)
+        return 2
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfgs = configurations(a)
+    cmds, budget = [], 300
+    for c in cfgs:
+        d = out / c["name"]
+        d.mkdir(exist_ok=True)
+        (d / "result.json").unlink(missing_ok=True)
+        baseline = redis_demo.baseline_seconds(c["dataset_mb"])
+        cmds.append(f"{TOP}/.venv/bin/python {TOP}/bench/redis_snapshot.py --out {d} "
+                    f"--dataset-mb {c['dataset_mb']} --rate {a.rate} "
+                    f"--clients {c['clients']} --set-ratio {c['set_ratio']} "
+                    f"--copy-threads {c['threads']} --modes {c['modes']} "
+                    f"--baseline {baseline}")
+        budget += redis_demo.run_budget(c["dataset_mb"], baseline)
+    # One configuration failing (its RDB wrong, say) must not hide the others.
+    script = "; ".join(f"echo 'guest: == {c['name']}' && {cmd}" for c, cmd in zip(cfgs, cmds))
+    print(f"redis_bench: {len(cfgs)} configurations in one boot of {a.kernel} "
+          f"({vm.kernel_release(Path(a.kernel))}), {memory}, "
+          f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
+    try:
+        r = vm.run(a.kernel, script, memory=memory, cpus=redis_demo.GUEST_CPUS,
+                   timeout=budget, rwdirs=[out], log_path=out / "console.log",
+                   echo="guest:")
+    except vm.VMError as e:
+        print(f"redis_bench: {e}", file=sys.stderr)
+        return 2
+
+    rows, ok = [], r.ok
+    for c in cfgs:
+        d = out / c["name"]
+        if not (d / "result.json").exists():
+            print(f"redis_bench: {c['name']}: no result (see {out / 'console.log'})",
+                  file=sys.stderr)
+            ok = False
+            continue
+        result = json.loads((d / "result.json").read_text())
+        table = redis_demo.analyse(d, result)
+        ok &= all(t["rdb_exact"] for t in table.values())
+        rows.append({"config": c, "table": table})
+    (out / "results.json").write_text(json.dumps(
+        {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
+         "guest_memory": memory, "guest_cpus": redis_demo.GUEST_CPUS, "kvm": vm.kvm_usable(),
+         "rate": a.rate, "runs": rows}, indent=1) + "\n")
+    print_tables(rows, a.rate)
+    plots(out, rows)
+    if not r.ok:
+        print("redis_bench: " + r.describe(), file=sys.stderr)
+    if not vm.kvm_usable():
+        print("note: this guest runs under TCG emulation; compare the modes of one "
+              "configuration, not absolute times.")
+    return 0 if ok else 1
+
+
+def ratio(x, y) -> str:
+    return f"{x / y:.1f}x" if y else "-"
+
+
+def print_tables(rows: list, rate: int) -> None:
+    print(f"\nRedis BGSAVE under an open-loop load of {rate} requests/s; latency of the "
+          f"requests sent during the snapshot, ms ('x before': max against an equal "
+          f"window before BGSAVE); syncs: the server's interruptions by Async-fork")
+    print(f"{'dataset':>8} {'SET':>4} {'cli':>4} {'thr':>4} | {'fork ms':>8} {'p99':>7} "
+          f"{'max':>7} {'x before':>8} | {'fork ms':>8} {'p99':>7} {'max':>7} "
+          f"{'x before':>8} {'syncs':>6} {'longest':>8} {'child ms':>9} | RDBs")
+    print(f"{'':>24} | {'default fork':^34} | {'Async-fork':^60} |")
+    for row in rows:
+        c, t = row["config"], row["table"]
+        line = f"{c['dataset_mb']:>6}Mi {c['set_ratio']:>4.1f} {c['clients']:>4} {c['threads']:>4} |"
+        for mode in ("default", "async"):
+            if mode not in t:
+                line += f" {'(not run)':>33} |" if mode == "default" else ""
+                continue
+            m = t[mode]
+            s, b = m["snapshot"], m["baseline"]
+            line += (f" {m['fork_ms']:>8.2f} {s['p99_ms']:>7.1f} {s['max_ms']:>7.1f} "
+                     f"{ratio(s['max_ms'], b['max_ms']):>8}")
+            if mode == "async":
+                i = m["interruptions"]
+                child = f"{i['child_copy_ms']:.1f}" if i["child_copy_ms"] is not None else "?"
+                line += f" {i['syncs']:>6} {i['sync_max_ms']:>8.3f} {child:>9}"
+            line += " |"
+        line += " " + ("exact" if all(m["rdb_exact"] for m in t.values()) else "WRONG")
+        print(line)
+
+
+def plots(out: Path, rows: list) -> None:
+    plt = redis_demo.pyplot()
+    if plt is None:
+        return
+    sweep = [r for r in rows if r["config"]["set_ratio"] == 0.8 and r["config"]["clients"] == 8
+             and r["config"]["threads"] == 1 and "default" in r["table"]]
+    if sweep:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        xs = [r["config"]["dataset_mb"] for r in sweep]
+        for mode, label in (("default", "default fork"), ("async", "Async-fork")):
+            ax.plot(xs, [r["table"][mode]["fork_ms"] for r in sweep], "o-", label=label)
+        ax.set_xlabel("dataset (MiB)")
+        ax.set_ylabel("fork() in redis-server (ms)")
+        ax.set_yscale("log")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "fork-vs-size.png", dpi=120)
+        plt.close(fig)
+    series = {r["config"]["name"]: r["table"]["async"]["interruptions"]["durations_ms"]
+              for r in rows if "async" in r["table"]}
+    series = {k: v for k, v in series.items() if v}
+    if series:
+        redis_demo.plot_interruptions(plt, out / "interruptions.png", series)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
