@@ -1,0 +1,64 @@
+"""Bad input to the demo and the benchmarks: a clear message and a non-zero
+exit, at once, before any guest boots (each case must fail before the
+kernel is even looked at, so a hang or a boot is itself a failure)."""
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD, TOP
+
+PY = sys.executable
+QUICK = 60      # seconds: none of these may get as far as booting a guest
+
+
+def run(args, timeout=QUICK):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                          cwd=TOP)
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("redis_demo.py", ["--dataset-mb", "4096", "--memory", "2G"], "does not fit"),
+    ("redis_demo.py", ["--rate", "0"], "--rate"),
+    ("redis_demo.py", ["--no-such-option"], "unrecognized arguments"),
+    ("redis_demo.py", ["--memory", "lots"], "lots"),
+    ("redis_bench.py", ["--sizes", "256,big"], "--sizes"),
+    ("redis_bench.py", ["--sizes", "8192", "--memory", "4G"], "does not fit"),
+    ("redis_bench.py", ["--threads", "64"], "copy threads"),
+    ("fork_bench.py", ["--sizes", "8192", "--memory", "4G"], "do not fit"),
+    ("fork_bench.py", ["--threads", "0"], "--threads"),
+    ("fork_bench.py", ["--repeat", "x"], "invalid int"),
+])
+def test_bad_argument_is_refused(script, args, message):
+    r = run([PY, str(TOP / "bench" / script), "--kernel", "/nonexistent"] + args)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert message in r.stderr, r.stderr
+    assert "booting" not in r.stdout
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_loadgen_unreachable_server_fails_fast():
+    loadgen = BUILD / "bench/loadgen"
+    if not loadgen.exists():
+        pytest.fail("no build/bench/loadgen: run make bench-programs")
+    r = run([str(loadgen), "--port", str(closed_port()), "--rate", "100",
+             "--duration", "1"], timeout=30)
+    assert r.returncode != 0
+    assert "connect" in r.stderr.lower(), r.stderr
+
+
+def test_loadgen_bad_arguments():
+    loadgen = BUILD / "bench/loadgen"
+    for args, message in ((["--rate", "100"], "--duration"),
+                          (["--rate", "100", "--duration", "1", "--dist", "zipf"], "--dist"),
+                          (["--bogus"], "usage")):
+        r = run([str(loadgen)] + args, timeout=10)
+        assert r.returncode == 2, (args, r.stderr)
+        assert message in r.stderr, (args, r.stderr)
