@@ -52,8 +52,10 @@ def baseline_seconds(dataset_mb: int) -> float:
 
 def run_budget(dataset_mb: int, baseline: float) -> float:
     """Seconds a guest run of redis_snapshot.py may take under TCG:
-    loading, two modes of load and snapshot, checking two RDBs."""
-    return 300 + 2 * baseline + dataset_mb * 1.2
+    booting, loading, two modes of load and snapshot, checking two RDBs.
+    Measured on a 2-core host: a 7.5 GiB guest took 160 s to boot and
+    loading went from 150 to 250 s per GiB as the dataset grew."""
+    return 600 + 2 * baseline + dataset_mb * 2.5
 
 
 def read_latency(path: Path):
