@@ -470,14 +470,15 @@ int main(int argc, char **argv)
 				    !(rec = grow(rec, &rec_cap, sizeof(*rec))))
 					return 1;
 				rec[recorded++] = (struct record){
-						p.intended, t - p.intended, p.op };
-				if (p.op == 'S' && nsets == sets_cap &&
+					p.intended, t - p.intended, p.op };
+				if (p.op != 'S')
+					continue;
+				if (nsets == sets_cap &&
 				    !(sets = grow(sets, &sets_cap, sizeof(*sets))))
 					return 1;
-				if (p.op == 'S')
-					sets[nsets++] = (struct set_record){
-						p.seq, start_real + p.appended,
-						start_real + t, p.key, i };
+				sets[nsets++] = (struct set_record){
+					p.seq, start_real + p.appended,
+					start_real + t, p.key, i };
 			}
 		}
 	}
