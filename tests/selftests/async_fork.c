@@ -31,6 +31,7 @@
 
 #include "kselftest_harness.h"
 #include "snapshot.h"
+#include "knobs.h"
 #include "mm/gup_test.h"
 
 #ifndef PR_SET_ASYNC_FORK
@@ -41,43 +42,12 @@
 #define SZ_2M		(2UL << 20)
 #define REGION		(128UL << 20)
 #define CGROUP		"/sys/fs/cgroup/async_fork_test"
-#define FAIL_ALLOC	"/sys/kernel/debug/fail_page_alloc/"
 #define THREADS		"/proc/sys/vm/async_fork_copy_threads"
 #define TRACING		"/sys/kernel/tracing/"
 
-/* Write @val to @path; returns 0 or the errno of the failed write. */
-static int write_file(const char *path, const char *val)
-{
-	int fd = open(path, O_WRONLY);
-	int err = 0;
-
-	if (fd < 0)
-		return errno;
-	if (write(fd, val, strlen(val)) < 0)
-		err = errno;
-	close(fd);
-	return err;
-}
-
-static long read_long(const char *path)
-{
-	char buf[64] = "";
-	int fd = open(path, O_RDONLY);
-	ssize_t n;
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	return n > 0 ? strtol(buf, NULL, 0) : -1;
-}
-
 static void set_long(const char *path, long val)
 {
-	char buf[24];
-
-	snprintf(buf, sizeof(buf), "%ld", val);
-	if (write_file(path, buf))
+	if (write_long(path, val))
 		ksft_exit_fail_msg("cannot write %ld to %s\n", val, path);
 }
 
@@ -149,7 +119,7 @@ FIXTURE_TEARDOWN(af)
 		set_sysctl(self->saved_sysctl);
 	if (self->saved_threads >= 1)
 		set_long(THREADS, self->saved_threads);
-	write_file(FAIL_ALLOC "probability", "0");
+	stop_failures(FAIL_ALLOC);
 }
 
 TEST_F_TIMEOUT(af, sysctl_rejects_bad_values, 180)
@@ -484,57 +454,23 @@ TEST_F_TIMEOUT(af, mmap_and_brk_next_to_pending_vma_do_not_wait, 180)
 	munmap(res, REGION + 2 * SZ_2M);
 }
 
-/* Start and end of @sym's code in /proc/kallsyms (end: the next symbol). */
-static int symbol_range(const char *sym, unsigned long *start, unsigned long *end)
-{
-	char line[256], name[128], type;
-	unsigned long addr, best = 0;
-	FILE *f = fopen("/proc/kallsyms", "r");
+static const char *failing_sym;
 
-	if (!f)
-		return -1;
-	*start = 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%lx %c %127s", &addr, &type, name) == 3 &&
-		    !strcmp(name, sym))
-			*start = addr;
-	if (!*start) {
-		fclose(f);
-		return -1;
-	}
-	rewind(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%lx %c %127s", &addr, &type, name) == 3 &&
-		    addr > *start && (!best || addr < best))
-			best = addr;
-	fclose(f);
-	*end = best;
-	return best ? 0 : -1;
+static int is_failing_sym(const char *name)
+{
+	return !strcmp(name, failing_sym);
 }
 
 /* Fail every page allocation made with @sym on the stack, from now on. */
 static int inject_alloc_failure(const char *sym)
 {
 	unsigned long start, end;
-	char buf[32];
 
-	if (access(FAIL_ALLOC "require-start", W_OK))
+	failing_sym = sym;
+	if (access(FAIL_ALLOC "require-start", W_OK) ||
+	    code_range(is_failing_sym, &start, &end) != 1)
 		return -1;
-	if (symbol_range(sym, &start, &end))
-		return -1;
-	snprintf(buf, sizeof(buf), "%lu", start);
-	write_file(FAIL_ALLOC "require-start", buf);
-	snprintf(buf, sizeof(buf), "%lu", end);
-	write_file(FAIL_ALLOC "require-end", buf);
-	write_file(FAIL_ALLOC "task-filter", "N");
-	write_file(FAIL_ALLOC "ignore-gfp-wait", "N");
-	write_file(FAIL_ALLOC "ignore-gfp-highmem", "N");
-	write_file(FAIL_ALLOC "min-order", "0");
-	write_file(FAIL_ALLOC "stacktrace-depth", "32");
-	write_file(FAIL_ALLOC "verbose", "0");
-	write_file(FAIL_ALLOC "interval", "1");
-	write_file(FAIL_ALLOC "times", "-1");
-	return write_file(FAIL_ALLOC "probability", "100");
+	return inject_failures(FAIL_ALLOC, start, end, 100);
 }
 
 static long page_tables_kb(void)
@@ -602,7 +538,7 @@ TEST_F_TIMEOUT(af, child_copy_fails, 180)
 		SKIP(return, "no fail_page_alloc stack filter (FAULT_INJECTION_STACKTRACE_FILTER)");
 	pid = fork_checker(self->mem);
 	status = reap(pid);
-	write_file(FAIL_ALLOC "probability", "0");
+	stop_failures(FAIL_ALLOC);
 	check_after_failure(_metadata, self, status, errors, pt_kb, 1);
 }
 
@@ -630,7 +566,7 @@ TEST_F_TIMEOUT(af, helper_copy_fails, 180)
 		EXPECT_EQ(WEXITSTATUS(status), 0);
 		errors = vmstat("async_fork_error");
 	}
-	write_file(FAIL_ALLOC "probability", "0");
+	stop_failures(FAIL_ALLOC);
 	ASSERT_LT(tries, 5) {
 		TH_LOG("the child always copied everything before its helpers");
 	}
@@ -676,7 +612,7 @@ TEST_F_TIMEOUT(af, parent_sync_fails, 180)
 		EXPECT_EQ(WEXITSTATUS(status), 0);
 		errors = vmstat("async_fork_error");
 	}
-	write_file(FAIL_ALLOC "probability", "0");
+	stop_failures(FAIL_ALLOC);
 	ASSERT_LT(tries, 5) {
 		TH_LOG("the child always finished its copy before mprotect()");
 	}
