@@ -1,0 +1,1218 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fork_stress: fork() again and again while other threads change the
+ * process's memory every way they can, and check every snapshot.
+ *
+ * The memory is a few regions: 4 KiB anonymous pages, THP, a private file
+ * mapping and the brk heap.  Worker threads pick random pieces of them and
+ * write, munmap and map again, mremap (grow in place, shrink, move),
+ * mprotect, madvise (DONTNEED, FREE, COLD, PAGEOUT, COLLAPSE, MERGEABLE),
+ * mlock, move the break, vmsplice pages into a pipe and read a block device
+ * into them with O_DIRECT (pins), and now and then fork.
+ *
+ * What a page holds follows from a tag kept in a table, so the table is
+ * the snapshot: the forking thread writes it to a memfd while no other
+ * thread is inside an operation, and the child compares its whole memory
+ * with it, page by page, while the parent's threads go on.  Then the child
+ * writes over its own memory, may fork a grandchild that checks the same
+ * way, and checks itself again.  The parent checks every page before it
+ * changes it and, every five seconds, all of them.
+ *
+ * Options put the kernel under pressure around the same run: a memcg limit
+ * with zram swap, KSM and a fast khugepaged, page migration between NUMA
+ * nodes, allocation failures injected into the Async-fork code (children
+ * may then be killed, never the parent).  The seed is printed: it fixes
+ * what each thread draws, not how the threads interleave.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kselftest.h"
+#include "snapshot.h"
+#include "knobs.h"
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE	25
+#endif
+
+#define PAGE		4096UL
+#define WORDS		(PAGE / 8)
+#define SZ_2M		(2UL << 20)
+#define PAGES_2M	(SZ_2M / PAGE)
+#define NR_REGIONS	6
+#define MAX_WORKERS	16
+#define MAX_DEPTH	2		/* a child and a grandchild check */
+#define DEV_PAGES	256		/* the loop device read with O_DIRECT */
+#define REPORTS		10		/* mismatches printed per process */
+
+/*
+ * Page tags.  A page with tag t >= TAG_KSM holds pattern(t, word); TAG_KSM
+ * to TAG_KSM + 3 are shared by many pages (for KSM to merge), TAG_DEV + k is
+ * the device's page k, tags from TAG_PARENT are the parent's writes and
+ * tags with TAG_CHILD the children's.  MAYBE_ZERO: after MADV_FREE, the
+ * page holds its tag's contents or zeros.
+ */
+#define TAG_ZERO	0ULL
+#define TAG_FILE	1ULL		/* the file's page at the same index */
+#define TAG_UNMAPPED	2ULL
+#define TAG_KSM		16ULL
+#define TAG_DEV		(1ULL << 40)
+#define TAG_PARENT	(1ULL << 48)
+#define TAG_CHILD	(1ULL << 62)
+#define MAYBE_ZERO	(1ULL << 63)
+
+enum kind { ANON, THP, FILE_PRIV, BRK };
+static const char *const kind_name[] = { "anon", "thp", "file", "brk" };
+static const enum kind kinds[NR_REGIONS] = { ANON, ANON, THP, THP, FILE_PRIV, BRK };
+
+/*
+ * A region lives in one of two reserved slots (PROT_NONE when unused), so
+ * that it can grow in place and move without meeting anything else.
+ */
+struct region {
+	pthread_mutex_t lock;
+	enum kind kind;
+	char *slot[2];
+	size_t slot_size;
+	int cur;
+	char *addr;
+	size_t npages, maxpages;
+	int fd;			/* FILE_PRIV: maxpages of pattern(fseed) */
+	uint64_t fseed;
+	uint64_t *meta;		/* the tag of each page */
+};
+
+/* What a snapshot says of a region; its tags follow the headers. */
+struct view {
+	uint64_t addr, npages, kind, fseed;
+};
+
+enum op {
+	OP_WRITE, OP_MUNMAP, OP_REMAP, OP_MREMAP, OP_MPROTECT, OP_DONTNEED,
+	OP_FREE, OP_COLD, OP_PAGEOUT, OP_COLLAPSE, OP_MERGE, OP_MLOCK, OP_BRK,
+	OP_VMSPLICE, OP_ODIRECT, OP_FORK, NR_OPS
+};
+static const char *const op_name[NR_OPS] = {
+	"write", "munmap", "remap", "mremap", "mprotect", "dontneed", "free",
+	"cold", "pageout", "collapse", "merge", "mlock", "brk", "vmsplice",
+	"odirect", "fork",
+};
+static const int op_weight[NR_OPS] = {
+	40, 4, 4, 4, 6, 4, 4, 2, 2, 2, 2, 4, 4, 4, 4, 3,
+};
+
+struct worker {
+	pthread_t th;
+	int id;
+	uint64_t rng;
+	int pipe[2];
+};
+
+static struct {
+	uint64_t seed;
+	int seconds, workers, children, mib, fail_pct;
+	bool ksm, numa, odirect, expect_async;
+	int memcg_mib;
+} opt = { .seconds = 30, .workers = 3, .children = 3, .mib = 32 };
+
+static struct region regions[NR_REGIONS];
+static struct worker workers[MAX_WORKERS];
+static pthread_rwlock_t fork_lock;
+static pthread_barrier_t start_barrier;
+static atomic_bool stop;
+static atomic_int outstanding;
+static atomic_ulong next_tag = TAG_PARENT;
+static atomic_long op_count[NR_OPS];
+static atomic_long parent_bad, fork_failed;
+static long forks, children_ok, children_bad, children_killed;
+static int reports_left = REPORTS;
+static char *snapbuf;		/* where a child reads its snapshot */
+static size_t snap_size;
+static char *brk_base;
+static int dev_fd = -1;		/* O_DIRECT reads of the loop device */
+
+static uint64_t rnd(uint64_t *s)
+{
+	/* xorshift64* */
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 0x2545f4914f6cdd1dULL;
+}
+
+static size_t below(uint64_t *s, size_t n)
+{
+	return n ? rnd(s) % n : 0;
+}
+
+static uint64_t word_of(const struct view *v, size_t page, uint64_t tag, size_t w)
+{
+	tag &= ~MAYBE_ZERO;
+	if (tag == TAG_ZERO)
+		return 0;
+	if (tag == TAG_FILE)
+		return pattern(v->fseed, page * WORDS + w);
+	return pattern(tag, w);
+}
+
+static void fill_page(const struct view *v, size_t page, uint64_t tag)
+{
+	uint64_t *p = (uint64_t *)(v->addr + page * PAGE);
+
+	for (size_t w = 0; w < WORDS; w++)
+		p[w] = word_of(v, page, tag, w);
+}
+
+static bool page_is_zero(const uint64_t *p)
+{
+	for (size_t w = 0; w < WORDS; w++)
+		if (p[w])
+			return false;
+	return true;
+}
+
+/* Check page @page of @v against @tag; print the first difference. */
+static bool check_page(const char *who, int r, const struct view *v,
+		       size_t page, uint64_t tag)
+{
+	const uint64_t *p = (const uint64_t *)(v->addr + page * PAGE);
+	size_t w;
+
+	if (tag == TAG_UNMAPPED)
+		return true;
+	for (w = 0; w < WORDS; w++)
+		if (p[w] != word_of(v, page, tag, w))
+			break;
+	if (w == WORDS || ((tag & MAYBE_ZERO) && page_is_zero(p)))
+		return true;
+	if (reports_left > 0) {
+		reports_left--;
+		ksft_print_msg("%s %d: region %d (%s) page %zu word %zu: 0x%016llx, expected 0x%016llx (tag 0x%llx)\n",
+			       who, getpid(), r, kind_name[v->kind], page, w,
+			       (unsigned long long)p[w],
+			       (unsigned long long)word_of(v, page, tag, w),
+			       (unsigned long long)tag);
+	}
+	return false;
+}
+
+static struct view view_of(const struct region *r)
+{
+	return (struct view){ (uintptr_t)r->addr, r->npages, r->kind, r->fseed };
+}
+
+/* Check pages [first, first + n) of region @ri; returns how many differ. */
+static long check_run(const char *who, int ri, size_t first, size_t n)
+{
+	struct region *r = &regions[ri];
+	struct view v = view_of(r);
+	long bad = 0;
+
+	for (size_t i = first; i < first + n; i++)
+		bad += !check_page(who, ri, &v, i, r->meta[i]);
+	return bad;
+}
+
+static long check_all(const char *who)
+{
+	long bad = 0;
+
+	for (int i = 0; i < NR_REGIONS; i++)
+		bad += check_run(who, i, 0, regions[i].npages);
+	return bad;
+}
+
+static uint64_t new_tag(uint64_t *rng)
+{
+	if (opt.ksm && !below(rng, 4))
+		return TAG_KSM + below(rng, 4);
+	return atomic_fetch_add(&next_tag, 1);
+}
+
+static uint64_t fresh_tag(const struct region *r)
+{
+	return r->kind == FILE_PRIV ? TAG_FILE : TAG_ZERO;
+}
+
+static void set_tags(struct region *r, size_t first, size_t n, uint64_t tag)
+{
+	for (size_t i = first; i < first + n; i++)
+		r->meta[i] = tag;
+}
+
+/* A random run of at most @max mapped pages, or 0. */
+static size_t pick_run(struct region *r, uint64_t *rng, size_t max, size_t *first)
+{
+	size_t i = below(rng, r->npages), n = 0;
+
+	*first = i;
+	while (n < max && i + n < r->npages && r->meta[i + n] != TAG_UNMAPPED)
+		n++;
+	return n;
+}
+
+static char *page_addr(struct region *r, size_t i)
+{
+	return r->addr + i * PAGE;
+}
+
+static bool reserve(char *addr, size_t len)
+{
+	return mmap(addr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS |
+		    MAP_FIXED | MAP_NORESERVE, -1, 0) == addr;
+}
+
+/* Map pages [first, first + n) afresh: zeros, or the file's pages. */
+static bool map_pages(struct region *r, size_t first, size_t n)
+{
+	char *want = page_addr(r, first);
+	int prot = PROT_READ | PROT_WRITE;
+	char *p;
+
+	if (r->kind == FILE_PRIV)
+		p = mmap(want, n * PAGE, prot, MAP_PRIVATE | MAP_FIXED, r->fd,
+			 first * PAGE);
+	else
+		p = mmap(want, n * PAGE, prot,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	if (p != want)
+		return false;
+	if (r->kind == THP)
+		madvise(p, n * PAGE, MADV_HUGEPAGE);
+	if (opt.ksm)
+		madvise(p, n * PAGE, MADV_MERGEABLE);
+	set_tags(r, first, n, fresh_tag(r));
+	return true;
+}
+
+static bool op_write(struct worker *w, struct region *r, int ri)
+{
+	size_t first, n = pick_run(r, &w->rng, 32, &first);
+	struct view v = view_of(r);
+
+	if (!n || mprotect(page_addr(r, first), n * PAGE, PROT_READ | PROT_WRITE))
+		return false;
+	atomic_fetch_add(&parent_bad, check_run("parent", ri, first, n));
+	for (size_t i = first; i < first + n; i++) {
+		r->meta[i] = new_tag(&w->rng);
+		fill_page(&v, i, r->meta[i]);
+	}
+	return true;
+}
+
+static bool op_munmap(struct worker *w, struct region *r, int ri)
+{
+	size_t first, n = pick_run(r, &w->rng, 16, &first);
+
+	if (!n || r->kind == BRK || munmap(page_addr(r, first), n * PAGE))
+		return false;
+	set_tags(r, first, n, TAG_UNMAPPED);
+	return true;
+}
+
+/* Map every hole of @r again. */
+static bool op_remap(struct worker *w, struct region *r, int ri)
+{
+	bool done = true;
+
+	for (size_t i = 0; i < r->npages; i++) {
+		size_t n = 0;
+
+		while (i + n < r->npages && r->meta[i + n] == TAG_UNMAPPED)
+			n++;
+		if (n && !map_pages(r, i, n))
+			done = false;
+		i += n;
+	}
+	return done;
+}
+
+static bool grow_tail(struct region *r, size_t newn)
+{
+	size_t oldn = r->npages;
+
+	set_tags(r, oldn, newn - oldn, fresh_tag(r));
+	r->npages = newn;
+	return true;
+}
+
+static bool op_mremap(struct worker *w, struct region *r, int ri)
+{
+	size_t len = r->npages * PAGE, newn;
+	char *to, *p;
+
+	if (r->kind == BRK || !op_remap(w, r, ri))
+		return false;
+	/* Same flags everywhere, so that the VMAs merge into one. */
+	munlock(r->addr, len);
+	if (mprotect(r->addr, len, PROT_READ | PROT_WRITE))
+		return false;
+	switch (below(&w->rng, 3)) {
+	case 0:
+		/* shrink */
+		if (r->npages < 2)
+			return false;
+		newn = 1 + below(&w->rng, r->npages - 1);
+		if (mremap(r->addr, len, newn * PAGE, 0) != r->addr)
+			return false;
+		reserve(page_addr(r, newn), len - newn * PAGE);
+		r->npages = newn;
+		return true;
+	case 1:
+		/* grow in place */
+		if (r->npages == r->maxpages)
+			return false;
+		newn = r->npages + 1 + below(&w->rng, r->maxpages - r->npages);
+		munmap(r->addr + len, newn * PAGE - len);
+		if (mremap(r->addr, len, newn * PAGE, 0) != r->addr) {
+			reserve(r->addr + len, newn * PAGE - len);
+			return false;
+		}
+		return grow_tail(r, newn);
+	default:
+		/* move to the other slot, maybe off the PMD alignment */
+		newn = r->npages + below(&w->rng, r->maxpages - r->npages + 1);
+		to = r->slot[!r->cur] + below(&w->rng, 2) * PAGE;
+		p = mremap(r->addr, len, newn * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+		if (p != to) {
+			reserve(to, newn * PAGE);
+			return false;
+		}
+		reserve(r->slot[r->cur], r->slot_size);
+		r->cur = !r->cur;
+		r->addr = to;
+		return grow_tail(r, newn);
+	}
+}
+
+/*
+ * mprotect() and mlock() split VMAs; half the time they are undone at once
+ * (split, then merge), so that the regions do not end up in pieces too
+ * small to defer.
+ */
+static bool op_mprotect(struct worker *w, struct region *r, int ri)
+{
+	size_t first, n = pick_run(r, &w->rng, 64, &first);
+	char *p = page_addr(r, first);
+
+	if (!n || mprotect(p, n * PAGE, PROT_READ))
+		return false;
+	return below(&w->rng, 2) || !mprotect(p, n * PAGE, PROT_READ | PROT_WRITE);
+}
+
+/* madvise() a run; DONTNEED and FREE change what the pages hold. */
+static bool advise(struct worker *w, struct region *r, int advice)
+{
+	size_t first, n = pick_run(r, &w->rng, 64, &first);
+	char *p = page_addr(r, first);
+
+	if (!n)
+		return false;
+	/* LRU and discard advice refuse mlocked VMAs. */
+	munlock(p, n * PAGE);
+	if (madvise(p, n * PAGE, advice))
+		return false;
+	if (advice == MADV_DONTNEED)
+		set_tags(r, first, n, fresh_tag(r));
+	if (advice == MADV_FREE)
+		for (size_t i = first; i < first + n; i++)
+			r->meta[i] |= r->meta[i] ? MAYBE_ZERO : 0;
+	return true;
+}
+
+static bool op_collapse(struct worker *w, struct region *r, int ri)
+{
+	uintptr_t a = (uintptr_t)page_addr(r, below(&w->rng, r->npages)) & ~(SZ_2M - 1);
+	size_t first;
+
+	if (r->kind == FILE_PRIV || a < (uintptr_t)r->addr)
+		return false;
+	first = (a - (uintptr_t)r->addr) / PAGE;
+	if (first + PAGES_2M > r->npages)
+		return false;
+	for (size_t i = first; i < first + PAGES_2M; i++)
+		if (r->meta[i] == TAG_UNMAPPED)
+			return false;
+	return !madvise((void *)a, SZ_2M, MADV_COLLAPSE);
+}
+
+static bool op_merge(struct worker *w, struct region *r, int ri)
+{
+	size_t first, n = pick_run(r, &w->rng, r->npages, &first);
+
+	if (!opt.ksm || !n)
+		return false;
+	return !madvise(page_addr(r, first), n * PAGE,
+			below(&w->rng, 4) ? MADV_MERGEABLE : MADV_UNMERGEABLE);
+}
+
+static bool op_mlock(struct worker *w, struct region *r, int ri)
+{
+	size_t first, n = pick_run(r, &w->rng, 64, &first);
+
+	if (!n || mlock(page_addr(r, first), n * PAGE))
+		return false;
+	return below(&w->rng, 2) || !munlock(page_addr(r, first), n * PAGE);
+}
+
+static bool op_brk(struct worker *w, struct region *r, int ri)
+{
+	size_t newn = 1 + below(&w->rng, r->maxpages);
+
+	if (r->kind != BRK || brk(r->addr + newn * PAGE))
+		return false;
+	if (newn > r->npages)
+		return grow_tail(r, newn);
+	r->npages = newn;
+	return true;
+}
+
+/* Leave a run in the worker's pipe: page references across forks. */
+static bool op_vmsplice(struct worker *w, struct region *r, int ri)
+{
+	static char sink[16 * PAGE];
+	size_t first, n = pick_run(r, &w->rng, 16, &first);
+	struct iovec iov = { page_addr(r, first), n * PAGE };
+
+	while (read(w->pipe[0], sink, sizeof(sink)) > 0)
+		;
+	return n && vmsplice(w->pipe[1], &iov, 1, SPLICE_F_NONBLOCK) > 0;
+}
+
+/* Read device pages into a run with O_DIRECT: the pages are pinned. */
+static bool op_odirect(struct worker *w, struct region *r, int ri)
+{
+	size_t first, n = pick_run(r, &w->rng, 16, &first), k;
+	ssize_t got;
+
+	if (dev_fd < 0 || !n ||
+	    mprotect(page_addr(r, first), n * PAGE, PROT_READ | PROT_WRITE))
+		return false;
+	atomic_fetch_add(&parent_bad, check_run("parent", ri, first, n));
+	k = below(&w->rng, DEV_PAGES - n + 1);
+	got = pread(dev_fd, page_addr(r, first), n * PAGE, k * PAGE);
+	if (got != (ssize_t)(n * PAGE)) {
+		ksft_print_msg("O_DIRECT read of %zu pages: %zd (%s)\n", n, got,
+			       strerror(errno));
+		atomic_fetch_add(&parent_bad, 1);
+		return false;
+	}
+	for (size_t i = 0; i < n; i++)
+		r->meta[first + i] = TAG_DEV + k + i;
+	return true;
+}
+
+/* The snapshot: every region's view and tags, in a new memfd. */
+static int write_snapshot(void)
+{
+	int fd = memfd_create("fork_stress_snapshot", 0);
+	off_t off = NR_REGIONS * sizeof(struct view);
+
+	if (fd < 0)
+		return -1;
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct view v = view_of(&regions[i]);
+		size_t len = v.npages * sizeof(uint64_t);
+
+		if (pwrite(fd, &v, sizeof(v), i * sizeof(v)) != sizeof(v) ||
+		    pwrite(fd, regions[i].meta, len, off) != (ssize_t)len) {
+			close(fd);
+			return -1;
+		}
+		off += len;
+	}
+	return fd;
+}
+
+static bool child_status_ok(int status, long *killed)
+{
+	if (WIFEXITED(status) && !WEXITSTATUS(status))
+		return true;
+	/* A copy that failed (injected) kills the child, never the parent. */
+	if (opt.fail_pct && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+		(*killed)++;
+		return true;
+	}
+	return false;
+}
+
+static void __noreturn child_main(int fd, int depth, uint64_t rng);
+
+/* Fork a checker of the current memory; the caller holds fork_lock. */
+static pid_t fork_checker(int depth, uint64_t rng)
+{
+	int fd = write_snapshot();
+	pid_t pid;
+
+	if (fd < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0)
+		child_main(fd, depth, rng);
+	close(fd);
+	return pid;
+}
+
+/* Compare memory with the snapshot in @fd, then with the child's own table. */
+static long check_snapshot(int fd)
+{
+	struct view *v = (struct view *)snapbuf;
+	uint64_t *tags = (uint64_t *)(v + NR_REGIONS);
+	size_t done = 0;
+	long bad = 0;
+	ssize_t n;
+
+	while ((n = pread(fd, snapbuf + done, snap_size - done, done)) > 0)
+		done += n;
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct view own = view_of(&regions[i]);
+
+		if (memcmp(&own, &v[i], sizeof(own)) ||
+		    memcmp(regions[i].meta, tags, v[i].npages * sizeof(*tags))) {
+			ksft_print_msg("child %d: region %d: its table differs from the snapshot\n",
+				       getpid(), i);
+			bad++;
+		}
+		for (size_t p = 0; p < v[i].npages; p++)
+			bad += !check_page("child", i, &v[i], p, tags[p]);
+		tags += v[i].npages;
+	}
+	return bad;
+}
+
+/* The child: check the snapshot, change it, check again. */
+static void child_main(int fd, int depth, uint64_t rng)
+{
+	uint64_t tag = TAG_CHILD | ((uint64_t)getpid() << 24);
+	long bad = check_snapshot(fd), killed = 0;
+	pid_t pid = -1;
+	int status;
+
+	close(fd);
+	if (bad)
+		_exit(1);
+	if (depth < MAX_DEPTH && below(&rng, 2))
+		pid = fork_checker(depth + 1, rnd(&rng));
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct region *r = &regions[i];
+		struct view v = view_of(r);
+
+		for (size_t p = 0; p < r->npages; p++) {
+			size_t n = 0;
+
+			while (p + n < r->npages && r->meta[p + n] != TAG_UNMAPPED)
+				n++;
+			if (n && mprotect(page_addr(r, p), n * PAGE, PROT_READ | PROT_WRITE))
+				_exit(3);
+			for (; n; n--, p++) {
+				if (below(&rng, 4)) {
+					r->meta[p] = tag++;
+					fill_page(&v, p, r->meta[p]);
+				}
+			}
+		}
+	}
+	bad = check_all("child");
+	if (pid > 0 && (waitpid(pid, &status, 0) != pid ||
+			!child_status_ok(status, &killed)))
+		bad++;
+	_exit(bad ? 1 : 0);
+}
+
+static bool op_fork(struct worker *w)
+{
+	pid_t pid;
+
+	if (atomic_load(&outstanding) >= opt.children) {
+		usleep(2000);
+		return false;
+	}
+	pthread_rwlock_wrlock(&fork_lock);
+	pid = fork_checker(1, rnd(&w->rng));
+	pthread_rwlock_unlock(&fork_lock);
+	if (pid < 0) {
+		atomic_fetch_add(&fork_failed, 1);
+		return false;
+	}
+	atomic_fetch_add(&outstanding, 1);
+	return true;
+}
+
+static bool run_op(enum op op, struct worker *w, struct region *r, int ri)
+{
+	switch (op) {
+	case OP_WRITE:
+		return op_write(w, r, ri);
+	case OP_MUNMAP:
+		return op_munmap(w, r, ri);
+	case OP_REMAP:
+		return op_remap(w, r, ri);
+	case OP_MREMAP:
+		return op_mremap(w, r, ri);
+	case OP_MPROTECT:
+		return op_mprotect(w, r, ri);
+	case OP_DONTNEED:
+		return advise(w, r, MADV_DONTNEED);
+	case OP_FREE:
+		return r->kind != FILE_PRIV && advise(w, r, MADV_FREE);
+	case OP_COLD:
+		return advise(w, r, MADV_COLD);
+	case OP_PAGEOUT:
+		return advise(w, r, MADV_PAGEOUT);
+	case OP_COLLAPSE:
+		return op_collapse(w, r, ri);
+	case OP_MERGE:
+		return op_merge(w, r, ri);
+	case OP_MLOCK:
+		return op_mlock(w, r, ri);
+	case OP_BRK:
+		return op_brk(w, r, ri);
+	case OP_VMSPLICE:
+		return op_vmsplice(w, r, ri);
+	case OP_ODIRECT:
+		return op_odirect(w, r, ri);
+	default:
+		return false;
+	}
+}
+
+static enum op pick_op(uint64_t *rng)
+{
+	int total = 0, x;
+
+	for (int i = 0; i < NR_OPS; i++)
+		total += op_weight[i];
+	x = below(rng, total);
+	for (int i = 0; i < NR_OPS; i++) {
+		x -= op_weight[i];
+		if (x < 0)
+			return i;
+	}
+	return OP_WRITE;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	pthread_barrier_wait(&start_barrier);
+	while (!atomic_load(&stop)) {
+		enum op op = pick_op(&w->rng);
+		int ri = below(&w->rng, NR_REGIONS);
+		struct region *r = &regions[ri];
+		bool done;
+
+		if (op == OP_FORK) {
+			done = op_fork(w);
+		} else {
+			pthread_rwlock_rdlock(&fork_lock);
+			pthread_mutex_lock(&r->lock);
+			done = run_op(op, w, r, ri);
+			pthread_mutex_unlock(&r->lock);
+			pthread_rwlock_unlock(&fork_lock);
+		}
+		if (done)
+			atomic_fetch_add(&op_count[op], 1);
+	}
+	return NULL;
+}
+
+/* Move every page of the process to the other NUMA node, again and again. */
+static void *migrator_main(void *arg)
+{
+	unsigned long nodes[2] = { 1, 2 };
+	int i = 0;
+
+	pthread_barrier_wait(&start_barrier);
+	while (!atomic_load(&stop)) {
+		syscall(SYS_migrate_pages, 0, 8 * sizeof(long) + 1,
+			&nodes[i], &nodes[!i]);
+		i = !i;
+		sleep(1);
+	}
+	return NULL;
+}
+
+static void setup_region(struct region *r, enum kind kind, size_t maxpages, uint64_t *rng)
+{
+	char *res;
+
+	pthread_mutex_init(&r->lock, NULL);
+	r->kind = kind;
+	r->maxpages = maxpages;
+	r->npages = maxpages / 2 + below(rng, maxpages / 2);
+	r->fseed = rnd(rng);
+	r->fd = -1;
+	r->meta = mmap(NULL, maxpages * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->meta == MAP_FAILED)
+		ksft_exit_fail_perror("mmap");
+	if (kind == BRK) {
+		r->addr = brk_base;
+		if (brk(r->addr + r->npages * PAGE))
+			ksft_exit_fail_perror("brk");
+		set_tags(r, 0, r->npages, TAG_ZERO);
+	} else {
+		/* Two slots, each with a spare 2M for an unaligned move. */
+		r->slot_size = maxpages * PAGE + SZ_2M;
+		res = mmap(NULL, 2 * r->slot_size + SZ_2M, PROT_NONE,
+			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (res == MAP_FAILED)
+			ksft_exit_fail_perror("mmap");
+		r->slot[0] = (char *)(((uintptr_t)res + SZ_2M - 1) & ~(SZ_2M - 1));
+		r->slot[1] = r->slot[0] + r->slot_size;
+		r->addr = r->slot[0];
+		if (kind == FILE_PRIV) {
+			struct view v = { 0, maxpages, kind, r->fseed };
+			uint64_t page[WORDS];
+
+			r->fd = memfd_create("fork_stress_file", 0);
+			if (r->fd < 0)
+				ksft_exit_fail_perror("memfd_create");
+			for (size_t i = 0; i < maxpages; i++) {
+				for (size_t w = 0; w < WORDS; w++)
+					page[w] = word_of(&v, i, TAG_FILE, w);
+				if (pwrite(r->fd, page, PAGE, i * PAGE) != PAGE)
+					ksft_exit_fail_perror("pwrite");
+			}
+		}
+		if (!map_pages(r, 0, r->npages))
+			ksft_exit_fail_perror("mmap");
+	}
+	/* Write most pages, so that there is something to copy. */
+	for (size_t i = 0; i < r->npages; i++) {
+		struct view v = view_of(r);
+
+		if (below(rng, 8)) {
+			r->meta[i] = new_tag(rng);
+			fill_page(&v, i, r->meta[i]);
+		}
+	}
+}
+
+/* Kernel settings this run changes, with their values before it. */
+static struct knob {
+	const char *path;
+	long value, old;
+} knobs[] = {
+	{ "/sys/kernel/mm/ksm/pages_to_scan", 1000, -1 },
+	{ "/sys/kernel/mm/ksm/sleep_millisecs", 50, -1 },
+	{ "/sys/kernel/mm/ksm/run", 1, -1 },
+	{ "/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs", 100, -1 },
+	{ "/sys/kernel/mm/transparent_hugepage/khugepaged/alloc_sleep_millisecs", 100, -1 },
+	{ "/sys/kernel/mm/transparent_hugepage/khugepaged/pages_to_scan", 4096, -1 },
+};
+
+static void set_knobs(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++) {
+		knobs[i].old = read_long(knobs[i].path);
+		if (knobs[i].old < 0 || write_long(knobs[i].path, knobs[i].value))
+			ksft_exit_fail_msg("cannot set %s\n", knobs[i].path);
+	}
+}
+
+static void restore_knobs(void)
+{
+	/* Unmerge what KSM merged before it stops. */
+	write_long("/sys/kernel/mm/ksm/run", 2);
+	for (size_t i = 0; i < ARRAY_SIZE(knobs); i++)
+		if (knobs[i].old >= 0)
+			write_long(knobs[i].path, knobs[i].old);
+}
+
+#define CGROUP	"/sys/fs/cgroup/fork_stress"
+
+static long meminfo_kb(const char *key)
+{
+	char line[128], name[64];
+	long kb, ret = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63[^:]: %ld", name, &kb) == 2 && !strcmp(name, key)) {
+			ret = kb;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
+static void enter_memcg(void)
+{
+	char buf[32];
+
+	/* Without swap, the limit would only mean OOM kills. */
+	if (meminfo_kb("SwapTotal") <= 0)
+		ksft_exit_fail_msg("-g needs swap (the test suite puts it on zram0)\n");
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	if (mkdir(CGROUP, 0755) && errno != EEXIST)
+		ksft_exit_fail_perror("mkdir " CGROUP);
+	snprintf(buf, sizeof(buf), "%dM", opt.memcg_mib);
+	if (write_file(CGROUP "/memory.max", buf))
+		ksft_exit_fail_msg("cannot limit " CGROUP " to %s\n", buf);
+	snprintf(buf, sizeof(buf), "%d", getpid());
+	if (write_file(CGROUP "/cgroup.procs", buf))
+		ksft_exit_fail_msg("cannot move into " CGROUP "\n");
+}
+
+static void leave_memcg(void)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%d", getpid());
+	write_file("/sys/fs/cgroup/cgroup.procs", buf);
+	rmdir(CGROUP);
+}
+
+/* A loop device over a memfd of DEV_PAGES pattern pages; opened O_DIRECT. */
+static int loop_ctl = -1, loop_nr = -1, loop_fd = -1;
+
+static void loop_setup(void)
+{
+	char path[32];
+	uint64_t page[WORDS];
+	int back;
+
+	loop_ctl = open("/dev/loop-control", O_RDWR);
+	loop_nr = loop_ctl < 0 ? -1 : ioctl(loop_ctl, LOOP_CTL_GET_FREE);
+	back = memfd_create("fork_stress_dev", 0);
+	if (loop_nr < 0 || back < 0)
+		ksft_exit_fail_msg("no loop device: %s\n", strerror(errno));
+	for (size_t k = 0; k < DEV_PAGES; k++) {
+		for (size_t w = 0; w < WORDS; w++)
+			page[w] = pattern(TAG_DEV + k, w);
+		if (pwrite(back, page, PAGE, k * PAGE) != PAGE)
+			ksft_exit_fail_perror("pwrite");
+	}
+	snprintf(path, sizeof(path), "/dev/loop%d", loop_nr);
+	loop_fd = open(path, O_RDWR);
+	if (loop_fd < 0 || ioctl(loop_fd, LOOP_SET_FD, back))
+		ksft_exit_fail_msg("%s: %s\n", path, strerror(errno));
+	close(back);
+	dev_fd = open(path, O_RDONLY | O_DIRECT);
+	if (dev_fd < 0)
+		ksft_exit_fail_msg("%s with O_DIRECT: %s\n", path, strerror(errno));
+}
+
+static void loop_teardown(void)
+{
+	close(dev_fd);
+	dev_fd = -1;
+	ioctl(loop_fd, LOOP_CLR_FD);
+	close(loop_fd);
+	close(loop_ctl);
+}
+
+/*
+ * Where allocations fail with -F: at fork (the parent's copy, rolled back),
+ * in the child's copy and its helpers, and in a synchronization (the
+ * parent's, or the child's on-demand copy).  One site at a time, in turn,
+ * each a function of mm/async_fork.c (the stack filter takes one range).
+ */
+static const char *const fault_sites[] = {
+	"async_fork_copy_page_range", "af_copy_chunks", "af_sync",
+};
+static unsigned long fault_range[ARRAY_SIZE(fault_sites)][2];
+static int nr_fault_sites, fault_site;
+static const char *fault_name;
+
+static int is_fault_site(const char *name)
+{
+	return !strcmp(name, fault_name);
+}
+
+static void find_fault_sites(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(fault_sites); i++) {
+		unsigned long *r = fault_range[nr_fault_sites];
+
+		fault_name = fault_sites[i];
+		if (code_range(is_fault_site, &r[0], &r[1]) != 1) {
+			ksft_print_msg("%s is not in /proc/kallsyms (inlined?)\n", fault_name);
+			continue;
+		}
+		ksft_print_msg("fault site %s: [%#lx, %#lx)\n", fault_name, r[0], r[1]);
+		nr_fault_sites++;
+	}
+	if (!nr_fault_sites)
+		ksft_exit_fail_msg("no Async-fork function in /proc/kallsyms\n");
+	if (access(FAIL_ALLOC "require-start", W_OK) || access(FAIL_SLAB "require-start", W_OK))
+		ksft_exit_fail_msg("no fault injection with a stack filter in debugfs\n");
+}
+
+static void next_fault_site(void)
+{
+	unsigned long *r = fault_range[fault_site++ % nr_fault_sites];
+
+	inject_failures(FAIL_ALLOC, r[0], r[1], opt.fail_pct);
+	inject_failures(FAIL_SLAB, r[0], r[1], opt.fail_pct);
+}
+
+static void reap(bool block)
+{
+	int status;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, block ? 0 : WNOHANG)) > 0) {
+		atomic_fetch_sub(&outstanding, 1);
+		forks++;
+		if (!child_status_ok(status, &children_killed)) {
+			ksft_print_msg("child %d: %s %d\n", pid,
+				       WIFEXITED(status) ? "exit" : "signal",
+				       WIFEXITED(status) ? WEXITSTATUS(status) :
+				       WTERMSIG(status));
+			children_bad++;
+		} else {
+			children_ok++;
+		}
+	}
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void usage(const char *prog)
+{
+	fprintf(stderr,
+		"usage: %s [-s SEED] [-t SECONDS] [-j WORKERS] [-c CHILDREN] [-m MIB]\n"
+		"          [-g MEMCG_MIB] [-F PERCENT] [-k] [-n] [-d] [-a]\n"
+		"  -g  run in a memory cgroup limited to MEMCG_MIB (needs swap)\n"
+		"  -F  fail PERCENT%% of Async-fork's allocations (children may be killed,\n"
+		"      forks fail)\n"
+		"  -k  KSM on, khugepaged fast   -n  migrate between NUMA nodes 0 and 1\n"
+		"  -d  O_DIRECT reads from a loop device into the memory (pins)\n"
+		"  -a  the forks must be asynchronous (vm.async_fork=2)\n", prog);
+	exit(KSFT_FAIL);
+}
+
+static int parse_int(const char *s, int min, int max, const char *prog)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	if (!*s || *end || v < min || v > max)
+		usage(prog);
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	long af0, sync0, child0, err0, mig0, pt0, pt1, ksm_sharing = 0;
+	pthread_t migrator;
+	uint64_t rng;
+	double end, next_check;
+	size_t per_region;
+	int c;
+
+	opt.seed = time(NULL) ^ getpid();
+	while ((c = getopt(argc, argv, "s:t:j:c:m:g:F:kdna")) != -1) {
+		switch (c) {
+		case 's':
+			opt.seed = strtoull(optarg, NULL, 0); break;
+		case 't':
+			opt.seconds = parse_int(optarg, 1, 86400, argv[0]); break;
+		case 'j':
+			opt.workers = parse_int(optarg, 1, MAX_WORKERS, argv[0]); break;
+		case 'c':
+			opt.children = parse_int(optarg, 1, 64, argv[0]); break;
+		case 'm':
+			opt.mib = parse_int(optarg, 24, 4096, argv[0]); break;
+		case 'g':
+			opt.memcg_mib = parse_int(optarg, 8, 1 << 20, argv[0]); break;
+		case 'F':
+			opt.fail_pct = parse_int(optarg, 1, 100, argv[0]); break;
+		case 'k':
+			opt.ksm = true; break;
+		case 'n':
+			opt.numa = true; break;
+		case 'd':
+			opt.odirect = true; break;
+		case 'a':
+			opt.expect_async = true; break;
+		default:
+			usage(argv[0]);
+		}
+	}
+	if (optind != argc)
+		usage(argv[0]);
+	setvbuf(stdout, NULL, _IONBF, 0);
+	ksft_print_header();
+	ksft_set_plan(4);
+	ksft_print_msg("seed %#llx: %d s, %d workers, %d children at once, %d MiB%s%s%s\n",
+		       (unsigned long long)opt.seed, opt.seconds, opt.workers,
+		       opt.children, opt.mib, opt.ksm ? ", KSM" : "",
+		       opt.numa ? ", NUMA migration" : "",
+		       opt.odirect ? ", O_DIRECT" : "");
+	rng = opt.seed ? opt.seed : 1;
+
+	if (opt.memcg_mib)
+		enter_memcg();
+	if (opt.ksm)
+		set_knobs();
+	if (opt.odirect)
+		loop_setup();
+	if (opt.fail_pct)
+		find_fault_sites();
+	pt0 = meminfo_kb("PageTables");
+	af0 = vmstat("async_fork");
+	sync0 = vmstat("async_fork_pmd_sync");
+	child0 = vmstat("async_fork_pmd_child");
+	err0 = vmstat("async_fork_error");
+	mig0 = vmstat("pgmigrate_success");
+
+	pthread_rwlockattr_t attr;
+
+	pthread_rwlockattr_init(&attr);
+	pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&fork_lock, &attr);
+	pthread_barrier_init(&start_barrier, NULL, opt.workers + opt.numa + 1);
+	/* Threads first: glibc may malloc() for them, and malloc() may move the break. */
+	for (int i = 0; i < opt.workers; i++) {
+		struct worker *w = &workers[i];
+
+		w->id = i;
+		w->rng = rnd(&rng) | 1;
+		if (pipe2(w->pipe, O_NONBLOCK))
+			ksft_exit_fail_perror("pipe2");
+		if (pthread_create(&w->th, NULL, worker_main, w))
+			ksft_exit_fail_msg("pthread_create\n");
+	}
+	if (opt.numa && pthread_create(&migrator, NULL, migrator_main, NULL))
+		ksft_exit_fail_msg("pthread_create\n");
+
+	/* From here until the regions are gone: no malloc(), no stdio files. */
+	per_region = (size_t)opt.mib * 256 / NR_REGIONS / PAGES_2M * PAGES_2M;
+	brk_base = (char *)(((uintptr_t)sbrk(0) + SZ_2M - 1) & ~(SZ_2M - 1));
+	for (int i = 0; i < NR_REGIONS; i++)
+		setup_region(&regions[i], kinds[i], per_region, &rng);
+	snap_size = NR_REGIONS * (sizeof(struct view) + per_region * sizeof(uint64_t));
+	snapbuf = mmap(NULL, snap_size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (snapbuf == MAP_FAILED)
+		ksft_exit_fail_perror("mmap");
+	if (opt.fail_pct)
+		next_fault_site();
+
+	pthread_barrier_wait(&start_barrier);
+	end = now() + opt.seconds;
+	next_check = now() + 5;
+	while (now() < end && !children_bad && !atomic_load(&parent_bad)) {
+		usleep(20000);
+		reap(false);
+		if (opt.ksm)
+			ksm_sharing += read_long("/sys/kernel/mm/ksm/pages_sharing") > 0;
+		if (now() > next_check) {
+			if (opt.fail_pct)
+				next_fault_site();
+			pthread_rwlock_wrlock(&fork_lock);
+			atomic_fetch_add(&parent_bad, check_all("parent"));
+			pthread_rwlock_unlock(&fork_lock);
+			next_check = now() + 5;
+		}
+	}
+	atomic_store(&stop, true);
+	for (int i = 0; i < opt.workers; i++)
+		pthread_join(workers[i].th, NULL);
+	if (opt.numa)
+		pthread_join(migrator, NULL);
+	reap(true);
+	if (opt.fail_pct) {
+		stop_failures(FAIL_ALLOC);
+		stop_failures(FAIL_SLAB);
+	}
+	atomic_fetch_add(&parent_bad, check_all("parent"));
+
+	for (int i = 0; i < NR_REGIONS; i++) {
+		struct region *r = &regions[i];
+
+		if (r->kind == BRK)
+			brk(brk_base);
+		else
+			munmap(r->slot[0], 2 * r->slot_size);
+	}
+	for (int i = 0; i < NR_OPS; i++)
+		ksft_print_msg("%-9s %ld\n", op_name[i], atomic_load(&op_count[i]));
+
+	if (children_bad || forks < 2)
+		ksft_test_result_fail("snapshots exact: %ld of %ld children found a difference\n",
+				      children_bad, forks);
+	else
+		ksft_test_result_pass("snapshots exact: %ld children (%ld killed by a failed copy, %ld forks failed)\n",
+				      forks, children_killed, atomic_load(&fork_failed));
+	ksft_test_result(!atomic_load(&parent_bad) && (opt.fail_pct || !fork_failed),
+			 "parent memory exact (%ld pages differ, %ld forks failed)\n",
+			 atomic_load(&parent_bad), atomic_load(&fork_failed));
+
+	if (opt.expect_async || opt.fail_pct || opt.ksm || opt.numa) {
+		bool ok = true;
+
+		ksft_print_msg("async forks %ld, page tables copied by children %ld, by the parent %ld\n",
+			       vmstat("async_fork") - af0,
+			       vmstat("async_fork_pmd_child") - child0,
+			       vmstat("async_fork_pmd_sync") - sync0);
+		/* A fork of memory split in small VMAs may have nothing to defer. */
+		if (opt.expect_async && (vmstat("async_fork") == af0 ||
+					 vmstat("async_fork_pmd_child") == child0))
+			ok = false;
+		/* Every failure kills a child or fails a fork, and is counted. */
+		if (opt.fail_pct && (!(children_killed + fork_failed) ||
+				     vmstat("async_fork_error") - err0 < children_killed)) {
+			ksft_print_msg("children killed %ld, forks failed %ld, async_fork_error moved %ld\n",
+				       children_killed, atomic_load(&fork_failed),
+				       vmstat("async_fork_error") - err0);
+			ok = false;
+		}
+		if (opt.ksm && !ksm_sharing) {
+			ksft_print_msg("KSM merged nothing\n");
+			ok = false;
+		}
+		if (opt.numa && vmstat("pgmigrate_success") == mig0) {
+			ksft_print_msg("no page migrated\n");
+			ok = false;
+		}
+		ksft_test_result(ok, "counters moved\n");
+	} else {
+		ksft_test_result_skip("counters moved (no -a, -F, -k or -n)\n");
+	}
+
+	pt1 = meminfo_kb("PageTables");
+	for (int i = 0; i < 50 && pt1 - pt0 > 256; i++) {
+		usleep(100000);
+		pt1 = meminfo_kb("PageTables");
+	}
+	ksft_test_result(pt1 - pt0 <= 256, "page tables freed (%+ld KiB)\n", pt1 - pt0);
+
+	if (opt.odirect)
+		loop_teardown();
+	if (opt.ksm)
+		restore_knobs();
+	if (opt.memcg_mib)
+		leave_memcg();
+	ksft_finished();
+}
