@@ -1,0 +1,238 @@
+"""Redis snapshots are exact: DEBUG DIGEST at the instant of the fork equals
+the digest of what the child wrote.
+
+Debian's redis-server runs under a heavy write load that comes from one
+pipelined connection; each snapshot command (BGSAVE or BGREWRITEAOF) is
+sent in the middle of a pipeline, right after DEBUG DIGEST.  Redis runs one
+connection's commands in order, so that digest is the dataset at the
+instant of the fork.  Writes go on while the child saves; then the file is
+loaded into a second server, whose DEBUG DIGEST must be the same.
+Configurations: 4 KiB pages, THP (transparent_hugepage=always and
+disable-thp no), io-threads with reading clients, BGREWRITEAOF (its base
+file, RDB preamble).  Each checks that its forks were asynchronous
+(/proc/vmstat async_fork) when --expect-async is given.  Output: KTAP.
+
+Runs as root inside the test guest (tests/conftest.py puts it in the suite).
+"""
+
+import argparse
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def vmstat(name: str) -> int:
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        key, _, val = line.partition(" ")
+        if key == name:
+            return int(val)
+    return -1
+
+
+def diag(msg: str) -> None:
+    print(f"# {msg}", flush=True)
+
+
+class Server:
+    def __init__(self, port: int, workdir: Path, *args: str):
+        self.port, self.dir = port, workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.log = workdir / "redis.log"
+        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+               "--dir", str(workdir), "--save", "", "--daemonize", "no",
+               "--enable-debug-command", "local", "--logfile", str(self.log),
+               *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        self.conn = redis.Redis(port=port)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited:\n{self.log_tail()}")
+            try:
+                if self.conn.ping() and self.conn.info("persistence")["loading"] == 0:
+                    return
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("redis-server did not come up in 300 s")
+
+    def log_tail(self) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-10:])
+
+    def stop(self) -> None:
+        try:
+            self.conn.shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def digest_of_rdb(rdb: Path, port: int, workdir: Path) -> str:
+    """DEBUG DIGEST of a second server that loaded @rdb."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    shutil.copy(rdb, workdir / "snap.rdb")
+    s = Server(port, workdir, "--dbfilename", "snap.rdb", "--appendonly", "no")
+    try:
+        return s.conn.execute_command("DEBUG", "DIGEST").decode()
+    finally:
+        s.stop()
+
+
+def writes(p, rng: random.Random, keys: int, n: int) -> None:
+    """@n writes of several types on @p: strings, hashes, lists, counters."""
+    for _ in range(n):
+        k = rng.randrange(keys)
+        op = rng.random()
+        if op < 0.6:
+            p.set(f"key:{k}", rng.randbytes(rng.choice((16, 100, 1000))))
+        elif op < 0.75:
+            p.hset(f"hash:{k % 1000}", str(k), rng.randrange(1 << 30))
+        elif op < 0.85:
+            p.incrby(f"ctr:{k % 100}", rng.randrange(1000))
+        elif op < 0.95:
+            p.rpush(f"list:{k % 500}", rng.randbytes(32))
+        else:
+            p.delete(f"key:{k}")
+
+
+def readers(port: int, keys: int, stop: threading.Event) -> None:
+    r = redis.Redis(port=port)
+    rng = random.Random(port)
+    while not stop.is_set():
+        p = r.pipeline(transaction=False)
+        for _ in range(100):
+            p.get(f"key:{rng.randrange(keys)}")
+        p.execute()
+
+
+def in_progress(conn, what: str) -> bool:
+    info = conn.info("persistence")
+    if what == "BGSAVE":
+        return bool(info["rdb_bgsave_in_progress"])
+    return bool(info["aof_rewrite_in_progress"] or info["aof_rewrite_scheduled"])
+
+
+def snapshot_file(s: Server, what: str) -> Path:
+    """The file the last snapshot wrote: dump.rdb, or the AOF's base file."""
+    if what == "BGSAVE":
+        if s.conn.info("persistence")["rdb_last_bgsave_status"] != "ok":
+            raise RuntimeError(f"BGSAVE failed:\n{s.log_tail()}")
+        return s.dir / "dump.rdb"
+    if s.conn.info("persistence")["aof_last_bgrewrite_status"] != "ok":
+        raise RuntimeError(f"BGREWRITEAOF failed:\n{s.log_tail()}")
+    manifest = (s.dir / "aof" / "appendonly.aof.manifest").read_text()
+    for line in manifest.splitlines():
+        f = line.split()
+        if "type" in f and f[f.index("type") + 1] == "b":
+            return s.dir / "aof" / f[f.index("file") + 1]
+    raise RuntimeError(f"no base file in the AOF manifest:\n{manifest}")
+
+
+def run_config(name: str, a, port: int, server_args: list[str], what: str,
+               reading_clients: int) -> tuple[bool, str]:
+    rng = random.Random(f"{a.seed}:{name}")
+    work = a.work / name
+    if work.exists():
+        shutil.rmtree(work)
+    s = Server(port, work, *server_args)
+    stop = threading.Event()
+    threads = [threading.Thread(target=readers, args=(port, a.keys, stop), daemon=True)
+               for _ in range(reading_clients)]
+    forks0, syncs0 = vmstat("async_fork"), vmstat("async_fork_pmd_sync")
+    try:
+        s.conn.execute_command("DEBUG", "POPULATE", a.keys, "key", 100)
+        for t in threads:
+            t.start()
+        conn = redis.Redis(port=port)
+        for i in range(a.snapshots):
+            p = conn.pipeline(transaction=False)
+            writes(p, rng, a.keys, a.batch)
+            p.execute_command("DEBUG", "DIGEST")
+            p.execute_command(what)
+            writes(p, rng, a.keys, a.batch)
+            replies = p.execute(raise_on_error=False)
+            digest = replies[a.batch]
+            if isinstance(digest, Exception) or isinstance(replies[a.batch + 1], Exception):
+                return False, f"snapshot {i}: {digest!r} {replies[a.batch + 1]!r}"
+            # The load goes on while the child writes the file.
+            while in_progress(conn, what):
+                p = conn.pipeline(transaction=False)
+                writes(p, rng, a.keys, a.batch)
+                p.execute()
+            got = digest_of_rdb(snapshot_file(s, what), port + 1, a.work / "check")
+            want = digest.decode()
+            if got != want:
+                return False, f"snapshot {i}: digest {got}, at the fork {want}"
+            diag(f"{name}: snapshot {i}: {want} ({conn.dbsize()} keys now)")
+        forks = vmstat("async_fork") - forks0
+        syncs = vmstat("async_fork_pmd_sync") - syncs0
+        diag(f"{name}: {forks} async forks, {syncs} page tables synchronized by the server")
+        if a.expect_async and forks < a.snapshots:
+            return False, f"only {forks} of {a.snapshots} forks were asynchronous"
+        return True, f"{a.snapshots} snapshots exact"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        s.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--snapshots", type=int, default=4)
+    ap.add_argument("--keys", type=int, default=200000)
+    ap.add_argument("--batch", type=int, default=2000, help="writes per pipeline")
+    ap.add_argument("--seed", type=int, default=random.randrange(1 << 32))
+    ap.add_argument("--port", type=int, default=7400)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/redis-digest"))
+    ap.add_argument("--expect-async", action="store_true")
+    a = ap.parse_args()
+    if a.snapshots < 1 or a.keys < 1 or a.batch < 1:
+        ap.error("--snapshots, --keys and --batch must be positive")
+
+    configs = [
+        ("bgsave_4k", ["--disable-thp", "yes"], "BGSAVE", 0, None),
+        ("bgsave_thp", ["--disable-thp", "no"], "BGSAVE", 0, "always"),
+        ("bgsave_io_threads", ["--io-threads", "2", "--io-threads-do-reads", "yes"],
+         "BGSAVE", 4, None),
+        ("bgrewriteaof", ["--appendonly", "yes", "--appenddirname", "aof", "--aof-use-rdb-preamble", "yes",
+                          "--auto-aof-rewrite-percentage", "0"], "BGREWRITEAOF", 0, None),
+    ]
+    print("TAP version 13")
+    print(f"1..{len(configs)}")
+    diag(f"seed {a.seed}, {a.keys} keys, {a.snapshots} snapshots per configuration")
+    thp_saved = THP.read_text().split("[")[1].split("]")[0] if THP.exists() else None
+    failed = 0
+    for n, (name, args, what, nreaders, thp) in enumerate(configs, 1):
+        if thp and thp_saved:
+            THP.write_text(thp)
+        try:
+            ok, msg = run_config(name, a, a.port, args, what, nreaders)
+        except (RuntimeError, redis.RedisError, OSError) as e:
+            ok, msg = False, f"{type(e).__name__}: {e}"
+        finally:
+            if thp and thp_saved:
+                THP.write_text(thp_saved)
+        failed += not ok
+        print(f"{'ok' if ok else 'not ok'} {n} {name}: {msg}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
