@@ -7,13 +7,15 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
 # Kernel build, QEMU for the guest, Redis and hiredis for the demo,
-# libraries the upstream mm selftests link against.
+# libraries the upstream mm selftests link against, stress-ng for the
+# stress tests.
 apt_packages=(
 	linux-source-6.12 build-essential bc bison flex libelf-dev libssl-dev
 	cpio kmod rsync xz-utils ccache pahole python3-venv
 	qemu-system-x86 busybox-static udev iproute2
 	redis-server redis-tools libhiredis-dev
 	libnuma-dev libcap-dev liburing-dev
+	stress-ng
 )
 
 step() { printf '\n==> %s\n' "$*"; }

@@ -91,8 +91,29 @@ def parse_uffd_unit_tests(text: str) -> list[Case]:
             for m in map(UFFD_RE.match, text.splitlines()) if m]
 
 
+STRESS_NG_FAIL_RE = re.compile(r"^stress-ng: fail:\s*\[\d+\]\s*(.*)$")
+STRESS_NG_END_RE = re.compile(r"^stress-ng: info:\s*\[\d+\] (un)?successful run completed")
+
+
+def parse_stress_ng(text: str) -> list[Case]:
+    """stress-ng prints each verification failure as "stress-ng: fail: [PID]
+    ..." and ends a run with "successful run completed" or "unsuccessful
+    run completed": a case per failure and per run."""
+    cases, runs = [], 0
+    for line in text.splitlines():
+        m = STRESS_NG_FAIL_RE.match(line)
+        if m:
+            cases.append(Case(m.group(1), "fail"))
+        m = STRESS_NG_END_RE.match(line)
+        if m:
+            runs += 1
+            cases.append(Case(f"stress-ng run {runs}", "fail" if m.group(1) else "pass"))
+    return cases
+
+
 # Programs whose output is not KTAP.
-PARSERS = {"khugepaged": parse_khugepaged, "uffd-unit-tests": parse_uffd_unit_tests}
+PARSERS = {"khugepaged": parse_khugepaged, "uffd-unit-tests": parse_uffd_unit_tests,
+           "stress-ng": parse_stress_ng}
 
 
 def parse_output(program: str, text: str) -> list[Case]:

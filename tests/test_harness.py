@@ -96,6 +96,13 @@ def test_non_ktap_parsers():
                                f"\nRun test: a (x:anon)\nstep... {ok}\n"
                                f"\nRun test: b (x:anon)\nstep... {ok}\nstep... {fail}\n")
     assert [(c.name, c.status) for c in khp] == [("a (x:anon)", "pass"), ("b (x:anon)", "fail")]
+    sng = harness.parse_output("stress-ng",
+                               "stress-ng: info:  [5] successful run completed in 30.1s\n"
+                               "stress-ng: fail:  [8] vm: detected 3 bit errors\n"
+                               "stress-ng: info:  [7] unsuccessful run completed in 30.2s\n")
+    assert [(c.name, c.status) for c in sng] == [
+        ("stress-ng run 1", "pass"), ("vm: detected 3 bit errors", "fail"),
+        ("stress-ng run 2", "fail")]
 
 
 def test_report_scanner_ignores_benign_lines():

@@ -1,0 +1,91 @@
+"""The programs of the suite boot (make test) and of the soak boot (make soak).
+
+Both run the same programs; the soak runs the randomized ones for longer.
+"""
+
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import harness
+
+TOP = Path(__file__).resolve().parent.parent
+BUILD = TOP / "build"
+SELFTESTS = BUILD / "selftests"
+UPSTREAM_TIMEOUT = 900
+
+
+def async_fork(mode: int, copy_threads: int) -> str:
+    return f"sysctl -qw vm.async_fork={mode} vm.async_fork_copy_threads={copy_threads} && "
+
+
+def stress_programs(seconds: int, redis_snapshots: int) -> list[harness.Program]:
+    """fork_stress in three kernel settings, stress-ng's memory stressors and
+    the Redis digest check, all with every fork asynchronous; @seconds per
+    fork_stress and stress-ng run."""
+    stress = f"{SELFTESTS / 'fork_stress'} -a -t {seconds}"
+    timeout = 2 * seconds + 240
+    return [
+        # Pins (O_DIRECT, vmsplice), NUMA migration, KSM and khugepaged;
+        # the child's copy helpers race with the parent's threads.
+        harness.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k"),
+        # Reclaim to swap in a memory cgroup smaller than the process.
+        harness.Program("fork_stress_memcg", timeout,
+                        async_fork(2, 1) + f"{stress} -g 40"),
+        # Allocation failures injected into the Async-fork code.
+        harness.Program("fork_stress_faults", timeout,
+                        async_fork(2, 2) + f"{stress} -m 64 -F 10"),
+        # stress-ng's memory stressors, with their own verification; madvise
+        # as nobody, since as root it also poisons pages (MADV_HWPOISON).
+        harness.Program("stress-ng", 2 * seconds + 240, async_fork(2, 1) + shlex.join(
+            ["stress-ng", "--fork", "2", "--vm", "2", "--vm-bytes", "64M",
+             "--vm-method", "all", "--verify", "--mremap", "1", "--userfaultfd", "1",
+             "--timeout", f"{seconds}s", "--metrics-brief"]) + " && " + shlex.join(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             "env", "-C", "/tmp", "stress-ng", "--madvise", "2", "--verify",
+             "--timeout", f"{seconds}s", "--metrics-brief"])),
+        harness.Program("redis_digest", 300 + 200 * redis_snapshots,
+                        async_fork(2, 1) + shlex.join(
+                            [os.path.abspath(sys.executable), str(TOP / "tests/guest/redis_digest.py"),
+                             "--expect-async", "--snapshots", str(redis_snapshots),
+                             "--keys", "50000"])),
+    ]
+
+
+def own_programs() -> list[harness.Program]:
+    """The project's programs.  fork_snapshot runs twice: with the default
+    fork (vm.async_fork=0) and with every fork asynchronous (2), each
+    checking by /proc/vmstat that its forks went the way the run says."""
+    snap = SELFTESTS / "fork_snapshot"
+    return [
+        harness.Program("fork_snapshot", 600,
+                        async_fork(0, 1) + f"FORK_SNAPSHOT_EXPECT_ASYNC=0 {snap}"),
+        # Four copy threads: the child's helpers race with every parent path.
+        harness.Program("fork_snapshot_async", 600,
+                        async_fork(2, 4) + f"FORK_SNAPSHOT_EXPECT_ASYNC=1 {snap}"),
+        harness.Program("async_fork", 600, str(SELFTESTS / "async_fork")),
+    ] + stress_programs(seconds=20, redis_snapshots=2)
+
+
+def upstream_programs(mode: int = 2) -> list[harness.Program]:
+    """The upstream mm selftests, each run with vm.async_fork=@mode: 2 (every
+    fork asynchronous) when testing, 0 when recording the baseline; the child
+    copies alone (the default)."""
+    progs = harness.read_programs(TOP / "tests/upstream_mm.list",
+                                  BUILD / "upstream-mm", UPSTREAM_TIMEOUT)
+    for p in progs:
+        p.command = async_fork(mode, 1) + p.command
+    return progs
+
+
+def missing(programs: list[harness.Program]) -> list[str]:
+    """Executables of @programs that are not built or not installed."""
+    gone = set()
+    for p in programs:
+        words = shlex.split(p.command.split(" && ")[-1])
+        exe = next(w for w in words if "=" not in w)
+        if not (Path(exe).exists() if "/" in exe else shutil.which(exe)):
+            gone.add(exe)
+    return sorted(gone)
