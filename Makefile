@@ -8,6 +8,8 @@
 #   make bench         build the lean kernel, run the benchmarks (fork() against
 #                      memory size and copy threads; Redis snapshots across sizes,
 #                      loads and copy threads): bench-fork, then bench-redis
+#   make soak          the randomized tests (fork_stress, stress-ng, Redis digests)
+#                      on the debug kernel for SOAK_MINUTES (default 30)
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make check-series  build the kernel with each prefix of the patch series
 #   make vm CMD='...'  boot the debug kernel and run one command in it
@@ -18,16 +20,17 @@ KERNEL_TARBALL ?= /usr/src/linux-source-6.12.tar.xz
 BUILD          ?= build
 PYTHON         := .venv/bin/python
 PYTEST_ARGS    ?=
+SOAK_MINUTES   ?= 30
 
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
-	test baseline check-series demo bench bench-fork bench-redis bench-programs vm clean distclean help
+	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm clean distclean help
 
 all: help
 
 help:
-	@sed -n '2,16s/^# \{0,1\}//p' Makefile
+	@sed -n '2,18s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh
@@ -62,6 +65,9 @@ bench-redis: kernel-lean bench-programs
 
 test: kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+
+soak: kernel-debug selftests
+	@$(PYTHON) tests/soak.py --minutes $(SOAK_MINUTES)
 
 baseline: kernel-debug upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
