@@ -21,6 +21,9 @@ sys.path.insert(0, str(TOP / "scripts"))
 
 import vm  # noqa: E402
 
+sys.path.insert(0, str(TOP / "bench"))
+import redis_demo  # noqa: E402
+
 
 GUEST_OWN_MB = 768     # what the guest needs besides the measured heap
 
@@ -35,6 +38,8 @@ def default_memory(largest_mb: int) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernel", default=str(TOP / "build/lean"))
+    ap.add_argument("--report", action="store_true",
+                    help="print and plot the results in --out again, without a run")
     ap.add_argument("--memory", default=None, help="guest memory (default: from host free memory)")
     ap.add_argument("--sizes", default="512,1024,2048,4096,8192",
                     help="resident sizes in MiB, comma-separated (default 512,...,8192)")
@@ -44,6 +49,11 @@ def main(argv=None) -> int:
                          "4 KiB pages (default 1,2,4; the main table and THP use the first)")
     ap.add_argument("--out", default=str(TOP / "build/results/fork"))
     a = ap.parse_args(argv)
+    if a.report:
+        if not (Path(a.out) / "meta.json").exists():
+            print(f"fork_bench: no results in {a.out}", file=sys.stderr)
+            return 2
+        return report(Path(a.out))
 
     try:
         sizes = [int(s) for s in a.sizes.split(",")]
@@ -105,14 +115,21 @@ def main(argv=None) -> int:
         print("fork_bench: " + r.describe(), file=sys.stderr)
         return 1
 
-    rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]
     meta = {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
             "guest_memory": memory, "guest_cpus": 2, "kvm": vm.kvm_usable(),
             "sizes_mb": sizes, "repeat": a.repeat, "copy_threads": threads}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return report(out)
+
+
+def report(out: Path) -> int:
+    """Print the tables of a run and plot it (fork-vs-size.png)."""
+    meta = json.loads((out / "meta.json").read_text())
+    rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]
+    sizes, threads = meta["sizes_mb"], meta["copy_threads"]
     print(f"\nfork() of a process with a resident anonymous heap, default fork and "
-          f"Async-fork in one boot,\nkernel {vm.kernel_release(Path(a.kernel))}, "
-          f"median of {a.repeat}; 'child runs': fork() call to the child's first instruction")
+          f"Async-fork in one boot,\nkernel {meta['kernelrelease']}, "
+          f"median of {meta['repeat']}; 'child runs': fork() call to the child's first instruction")
     print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'async ms':>9} {'ratio':>7} "
           f"{'child runs ms':>14} {'async':>9}")
 
@@ -134,12 +151,34 @@ def main(argv=None) -> int:
         for s in sizes:
             print(f"{s:>7} MiB " + " ".join(f"{med(s, False, True, 'child_us', t):>8.2f}"
                                             for t in threads))
-    print(f"\nraw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
-    if not vm.kvm_usable():
+    plt = redis_demo.pyplot()
+    if plt:
+        fig, ax = plt.subplots(figsize=(7, 5))
+        for thp, style in ((False, "-"), (True, ":")):
+            pages = "THP" if thp else "4 KiB"
+            ax.plot(sizes, [med(s, thp, False, "fork_us") for s in sizes], "o" + style,
+                    color="tab:red", label=f"default fork, {pages}")
+            ax.plot(sizes, [med(s, thp, True, "fork_us") for s in sizes], "o" + style,
+                    color="tab:blue", label=f"Async-fork: fork() in the parent, {pages}")
+        ax.plot(sizes, [med(s, False, True, "child_us") for s in sizes], "s--",
+                color="tab:green", label="Async-fork: until the child's copy is done, 4 KiB")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes, [f"{s // 1024} GiB" if s >= 1024 else f"{s} MiB" for s in sizes])
+        ax.set_xlabel("resident anonymous memory")
+        ax.set_ylabel("ms (log)")
+        ax.set_title(f"fork() against memory size ({meta['kernelrelease']}, "
+                     f"{'KVM' if meta['kvm'] else 'TCG'})", fontsize=10)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "fork-vs-size.png", dpi=120)
+        print(f"\nplot: {out}/fork-vs-size.png")
+    print(f"raw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
+    if not meta["kvm"]:
         print("note: this guest runs under TCG emulation; compare ratios within one run, "
               "not absolute times.")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
