@@ -66,7 +66,7 @@ def own_programs() -> list[harness.Program]:
         harness.Program("fork_snapshot_async", 600,
                         async_fork(2, 4) + f"FORK_SNAPSHOT_EXPECT_ASYNC=1 {snap}"),
         harness.Program("async_fork", 600, str(SELFTESTS / "async_fork")),
-    ] + stress_programs(seconds=20, redis_snapshots=2)
+    ] + stress_programs(seconds=15, redis_snapshots=1)
 
 
 def upstream_programs(mode: int = 2) -> list[harness.Program]:
