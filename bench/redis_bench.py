@@ -63,7 +63,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="2,4", help="copy threads besides 1")
     ap.add_argument("--rate", type=int, default=redis_demo.DEFAULT_RATE)
     ap.add_argument("--out", default=str(TOP / "build/results/redis-bench"))
+    ap.add_argument("--report", action="store_true",
+                    help="analyse and print the results in --out again, without a run")
     a = ap.parse_args(argv)
+    if a.report:
+        if not (Path(a.out) / "meta.json").exists():
+            print(f"redis_bench: no results in {a.out}", file=sys.stderr)
+            return 2
+        return 0 if report(Path(a.out)) else 1
     a.sizes = sorted(numbers(a.sizes, int, "--sizes"))
     a.set_ratios = numbers(a.set_ratios, float, "--set-ratios")
     a.clients = numbers(a.clients, int, "--clients")
@@ -102,6 +109,11 @@ def main(argv=None) -> int:
         budget += redis_demo.run_budget(c["dataset_mb"], baseline)
     # One configuration failing (its RDB wrong, say) must not hide the others.
     script = "; ".join(f"echo 'guest: == {c['name']}' && {cmd}" for c, cmd in zip(cfgs, cmds))
+    # Written first: --report can analyse what finished if the guest is stopped.
+    meta = {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
+            "guest_memory": memory, "guest_cpus": redis_demo.GUEST_CPUS, "kvm": vm.kvm_usable(),
+            "rate": a.rate, "configs": [c["name"] for c in cfgs]}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"redis_bench: {len(cfgs)} configurations in one boot of {a.kernel} "
           f"({vm.kernel_release(Path(a.kernel))}), {memory}, "
           f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
@@ -113,30 +125,42 @@ def main(argv=None) -> int:
         print(f"redis_bench: {e}", file=sys.stderr)
         return 2
 
-    rows, ok = [], r.ok
-    for c in cfgs:
-        d = out / c["name"]
+    ok = report(out)
+    if not r.ok:
+        print("redis_bench: " + r.describe(), file=sys.stderr)
+    return 0 if ok and r.ok else 1
+
+
+def report(out: Path) -> bool:
+    """Analyse the configurations of a run that have a result (all of them
+    unless the guest was stopped), write results.json, print the table and
+    plot.  True if every configuration ran and every RDB was exact."""
+    meta = json.loads((out / "meta.json").read_text())
+    rows, ok = [], True
+    for name in meta["configs"]:
+        d = out / name
         if not (d / "result.json").exists():
-            print(f"redis_bench: {c['name']}: no result (see {out / 'console.log'})",
+            print(f"redis_bench: {name}: no result (see {out / 'console.log'})",
                   file=sys.stderr)
             ok = False
             continue
         result = json.loads((d / "result.json").read_text())
+        args = result["args"]
+        config = {"name": name, "dataset_mb": args["dataset_mb"], "set_ratio": args["set_ratio"],
+                  "clients": args["clients"], "threads": args["copy_threads"],
+                  "modes": args["modes"]}
         table = redis_demo.analyse(d, result)
         ok &= all(t["rdb_exact"] for t in table.values())
-        rows.append({"config": c, "table": table})
-    (out / "results.json").write_text(json.dumps(
-        {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
-         "guest_memory": memory, "guest_cpus": redis_demo.GUEST_CPUS, "kvm": vm.kvm_usable(),
-         "rate": a.rate, "runs": rows}, indent=1) + "\n")
-    print_tables(rows, a.rate)
+        rows.append({"config": config, "table": table})
+    (out / "results.json").write_text(json.dumps(dict(meta, runs=rows), indent=1) + "\n")
+    print_tables(rows, meta["rate"])
     plots(out, rows)
-    if not r.ok:
-        print("redis_bench: " + r.describe(), file=sys.stderr)
-    if not vm.kvm_usable():
+    print(f"results: {out}/results.json (kernel {meta['kernelrelease']}, "
+          f"project {meta['project']})")
+    if not meta["kvm"]:
         print("note: this guest runs under TCG emulation; compare the modes of one "
               "configuration, not absolute times.")
-    return 0 if ok else 1
+    return ok
 
 
 def ratio(x, y) -> str:
