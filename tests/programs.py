@@ -21,10 +21,12 @@ def async_fork(mode: int, copy_threads: int) -> str:
     return f"sysctl -qw vm.async_fork={mode} vm.async_fork_copy_threads={copy_threads} && "
 
 
-def stress_programs(seconds: int, redis_snapshots: int) -> list[harness.Program]:
+def stress_programs(seconds: int, redis_snapshots: int,
+                    redis_keys: int = 50000) -> list[harness.Program]:
     """fork_stress in three kernel settings, stress-ng's memory stressors and
     the Redis digest check, all with every fork asynchronous; @seconds per
-    fork_stress and stress-ng run."""
+    fork_stress and stress-ng run, @redis_snapshots of @redis_keys keys per
+    Redis configuration."""
     stress = f"{SELFTESTS / 'fork_stress'} -a -t {seconds}"
     timeout = 2 * seconds + 240
     return [
@@ -50,7 +52,7 @@ def stress_programs(seconds: int, redis_snapshots: int) -> list[harness.Program]
                         async_fork(2, 1) + shlex.join(
                             [os.path.abspath(sys.executable), str(TOP / "tests/guest/redis_digest.py"),
                              "--expect-async", "--snapshots", str(redis_snapshots),
-                             "--keys", "50000"])),
+                             "--keys", str(redis_keys)])),
     ]
 
 
@@ -66,7 +68,7 @@ def own_programs() -> list[harness.Program]:
         harness.Program("fork_snapshot_async", 600,
                         async_fork(2, 4) + f"FORK_SNAPSHOT_EXPECT_ASYNC=1 {snap}"),
         harness.Program("async_fork", 600, str(SELFTESTS / "async_fork")),
-    ] + stress_programs(seconds=15, redis_snapshots=1)
+    ] + stress_programs(seconds=15, redis_snapshots=1, redis_keys=20000)
 
 
 def upstream_programs(mode: int = 2) -> list[harness.Program]:
