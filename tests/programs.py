@@ -33,7 +33,7 @@ def stress_programs(seconds: int, redis_snapshots: int,
         # Pins (O_DIRECT, vmsplice), NUMA migration, KSM and khugepaged;
         # the child's copy helpers race with the parent's threads.
         harness.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k"),
-        # Reclaim to swap in a memory cgroup smaller than the process.
+        # Reclaim to swap: a 40 MiB memory cgroup for a 32 MiB process and its children.
         harness.Program("fork_stress_memcg", timeout,
                         async_fork(2, 1) + f"{stress} -g 40"),
         # Allocation failures injected into the Async-fork code.
