@@ -475,17 +475,7 @@ static int inject_alloc_failure(const char *sym)
 
 static long page_tables_kb(void)
 {
-	char line[128];
-	long kb = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "PageTables: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
+	return meminfo_kb("PageTables");
 }
 
 /*

@@ -121,7 +121,6 @@ static const int op_weight[NR_OPS] = {
 
 struct worker {
 	pthread_t th;
-	int id;
 	uint64_t rng;
 	int pipe[2];
 };
@@ -841,23 +840,6 @@ static void restore_knobs(void)
 
 #define CGROUP	"/sys/fs/cgroup/fork_stress"
 
-static long meminfo_kb(const char *key)
-{
-	char line[128], name[64];
-	long kb, ret = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%63[^:]: %ld", name, &kb) == 2 && !strcmp(name, key)) {
-			ret = kb;
-			break;
-		}
-	fclose(f);
-	return ret;
-}
-
 static void enter_memcg(void)
 {
 	char buf[32];
@@ -1096,7 +1078,6 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.workers; i++) {
 		struct worker *w = &workers[i];
 
-		w->id = i;
 		w->rng = rnd(&rng) | 1;
 		if (pipe2(w->pipe, O_NONBLOCK))
 			ksft_exit_fail_perror("pipe2");

@@ -52,6 +52,24 @@ static inline int write_long(const char *path, long val)
 	return write_file(path, buf);
 }
 
+/* A /proc/meminfo field in KiB, or -1. */
+static inline long meminfo_kb(const char *key)
+{
+	char line[128], name[64];
+	long kb, ret = -1;
+	FILE *f = fopen("/proc/meminfo", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63[^:]: %ld", name, &kb) == 2 && !strcmp(name, key)) {
+			ret = kb;
+			break;
+		}
+	fclose(f);
+	return ret;
+}
+
 /*
  * The code of the text symbols that @match accepts, in /proc/kallsyms:
  * from the lowest such symbol to the next symbol after the highest.
