@@ -142,6 +142,9 @@ class ProgramResult:
     cases: list[Case] = field(default_factory=list)
     # Outputs of the runs that failed before the one judged here.
     failed_runs: list[str] = field(default_factory=list)
+    # The guest's tasks (state, wait channel, kernel stack) when the
+    # program reached its timeout; empty if it did not.
+    hang: str = ""
 
     @property
     def timed_out(self) -> bool:
@@ -176,6 +179,8 @@ class SuiteRun:
         out = []
         if r.timed_out:
             out.append(f"{name} timed out after {r.program.timeout} s")
+            if r.hang:
+                out.append(f"tasks at the timeout:\n{vm.tail(r.hang, 120)}")
         elif r.rc != 0:
             out.append(f"{name} exited {r.rc}")
         for c in r.failed_cases():
@@ -231,7 +236,7 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
     suite.write_text("\n".join(lines) + "\n")
     cmd = f"{TOP}/tests/guest/run-suite.sh {outdir} {suite}"
     # The guest is killed if the programs together overrun their timeouts.
-    timeout = boot_timeout + sum((p.timeout + 15) * (1 + p.retries) for p in programs)
+    timeout = boot_timeout + sum((p.timeout + 30) * (1 + p.retries) for p in programs)
     start = time.time()
     res = vm.run(kernel, cmd, memory=memory, cpus=cpus, numa_nodes=numa_nodes,
                  timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log")
@@ -245,10 +250,12 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
         output = (outdir / f"{p.name}.out").read_text(errors="replace")
         failed = [f.read_text(errors="replace")
                   for f in sorted(outdir.glob(f"{p.name}.out.failed*"))]
+        hang = outdir / f"{p.name}.hang"
         results[p.name] = ProgramResult(
             p, True, int(rc_file.read_text()), output,
             (outdir / f"{p.name}.dmesg").read_text(errors="replace"),
-            float(t[1]) - float(t[0]), parse_output(p.name, output), failed)
+            float(t[1]) - float(t[0]), parse_output(p.name, output), failed,
+            hang.read_text(errors="replace") if hang.exists() else "")
     release_file = outdir / "kernelrelease"
     release = release_file.read_text().strip() if release_file.exists() else "unknown"
     boot = outdir / "boot.dmesg"

@@ -130,8 +130,9 @@ def test_program_list_options(tmp_path):
 def test_injected_warn_fails_the_program(kernel, tmp_path):
     """LKDTM's WARNING crash point runs WARN_ON() in the guest kernel: the
     program that triggered it must be judged failed, with the excerpt.
-    The same boot checks that a failed run is repeated only as allowed and
-    that the failed runs are kept."""
+    The same boot checks that a failed run is repeated only as allowed, that
+    the failed runs are kept, and that a program that overruns its timeout
+    is killed with the state and stack of each task kept as evidence."""
     marker = tmp_path / "results/marker"
     progs = [harness.Program("inject_warn", 60,
                              "echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT && "
@@ -139,7 +140,8 @@ def test_injected_warn_fails_the_program(kernel, tmp_path):
              harness.Program("fails_once", 30,
                              f"if [ -e {marker} ]; then echo 'ok 1 second'; "
                              f"else touch {marker}; echo 'not ok 1 first'; exit 1; fi", 1),
-             harness.Program("fails_always", 30, "echo 'not ok 1 no'; exit 3", 1)]
+             harness.Program("fails_always", 30, "echo 'not ok 1 no'; exit 3", 1),
+             harness.Program("overruns", 5, "echo 'ok 1 started'; sleep 600")]
     run = harness.run_suite(kernel, progs, tmp_path / "results", memory="1G", numa_nodes=1)
     problems = run.problems("inject_warn")
     assert run.results["inject_warn"].rc == 0  # the program itself "passed"...
@@ -151,6 +153,11 @@ def test_injected_warn_fails_the_program(kernel, tmp_path):
     always = run.results["fails_always"]
     assert always.rc == 3 and len(always.failed_runs) == 1
     assert run.problems("fails_always")
+    over = run.results["overruns"]
+    assert over.timed_out and over.elapsed < 60
+    assert "sleep S (sleeping) wchan=" in over.hang, over.hang
+    assert any(p.startswith("tasks at the timeout") and "sleep" in p
+               for p in run.problems("overruns")), run.problems("overruns")
 
 
 @pytest.mark.guest

@@ -8,8 +8,10 @@
 # exit code, 124 on timeout) and OUTDIR/NAME.dmesg (the kernel log it caused).
 # A run that exits non-zero is repeated up to RETRIES times; the output of
 # each failed run is kept as NAME.out.failedN and the kernel log of every
-# run goes to NAME.dmesg.  The host judges the results; nothing here decides
-# pass or fail.
+# run goes to NAME.dmesg.  A run still going at its timeout leaves the state,
+# wait channel and kernel stack of every task in NAME.hang before it is
+# killed, so that a hang can be told from a slow run.  The host judges the
+# results; nothing here decides pass or fail.
 set -u
 out=$1
 suite=$2
@@ -26,6 +28,29 @@ if [ -e /sys/block/zram0/disksize ] && ! grep -q zram0 /proc/swaps; then
 fi
 dmesg -c > "$out/boot.dmesg"
 
+# Every user task, and every kernel thread not idle: state, wait channel,
+# kernel stack.
+dump_tasks() {
+	local t state
+	for t in /proc/[0-9]*/task/[0-9]*; do
+		state=$(sed -n 's/^State:[[:space:]]*//p' "$t/status" 2>/dev/null) || continue
+		if [ ! -s "$t/cmdline" ]; then
+			case "$state" in S*|I*) continue ;; esac
+		fi
+		echo "== ${t#/proc/} $(cat "$t/comm" 2>/dev/null) $state wchan=$(cat "$t/wchan" 2>/dev/null)"
+		cat "$t/stack" 2>/dev/null
+	done
+}
+
+# Sleeps @1 seconds, then writes the tasks to @2; killed when the run ends.
+watchdog() {
+	local nap
+	trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+	sleep "$1" & nap=$!
+	wait "$nap"
+	dump_tasks > "$2" 2>&1
+}
+
 while read -r name timeout retries cmd; do
 	case "$name" in ''|'#'*) continue ;; esac
 	: > "$out/$name.dmesg"
@@ -33,8 +58,11 @@ while read -r name timeout retries cmd; do
 	while :; do
 		echo "run-suite: $name (run $((run + 1)))" > /dev/kmsg
 		start=$(date +%s.%N)
-		(cd "$out" && timeout -k 10 "$timeout" bash -c "$cmd") > "$out/$name.out" 2>&1 < /dev/null
+		watchdog "$timeout" "$out/$name.hang" & dog=$!
+		(cd "$out" && timeout -k 10 "$((timeout + 5))" bash -c "$cmd") > "$out/$name.out" 2>&1 < /dev/null
 		rc=$?
+		kill "$dog" 2>/dev/null
+		wait "$dog"
 		echo "$start $(date +%s.%N)" > "$out/$name.time"
 		dmesg -c >> "$out/$name.dmesg"
 		run=$((run + 1))
