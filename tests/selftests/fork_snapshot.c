@@ -32,7 +32,12 @@
 #endif
 
 #define SZ_2M		(2UL << 20)
-#define REGION_SIZE	(32UL << 20)
+/*
+ * Eight PMDs: enough PTE tables for four copy workers to share and for the
+ * parent to meet tables copied and tables not yet copied; small enough that
+ * the 76 cases take about two minutes on the debug kernel under TCG.
+ */
+#define REGION_SIZE	(16UL << 20)
 /*
  * Seconds per case: the harness default (30) is too tight for a loaded
  * host emulating the guest (TCG), where one pass over the region takes
