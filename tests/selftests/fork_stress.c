@@ -98,6 +98,7 @@ struct region {
 	int fd;			/* FILE_PRIV: maxpages of pattern(fseed) */
 	uint64_t fseed;
 	uint64_t *meta;		/* the tag of each page */
+	uint64_t *hist;		/* the last operations on each page, see note() */
 };
 
 /* What a snapshot says of a region; its tags follow the headers. */
@@ -129,6 +130,7 @@ static struct {
 	uint64_t seed;
 	int seconds, workers, children, mib, fail_pct;
 	bool ksm, numa, odirect, expect_async;
+	bool op_off[NR_OPS];
 	int memcg_mib;
 } opt = { .seconds = 30, .workers = 3, .children = 3, .mib = 32 };
 
@@ -147,6 +149,8 @@ static char *snapbuf;		/* where a child reads its snapshot */
 static size_t snap_size;
 static char *brk_base;
 static int dev_fd = -1;		/* O_DIRECT reads of the loop device */
+/* The operation this thread is doing, for the pages' histories. */
+static __thread enum op cur_op = OP_WRITE;
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -188,6 +192,23 @@ static bool page_is_zero(const uint64_t *p)
 	return true;
 }
 
+/* A page's history, oldest first: "write free fork". */
+static const char *history(uint64_t h)
+{
+	static __thread char buf[8 * 10];
+	size_t len = 0;
+
+	buf[0] = 0;
+	for (int i = 7; i >= 0; i--) {
+		unsigned int op = (h >> (8 * i)) & 0xff;
+
+		if (op && op <= NR_OPS)
+			len += snprintf(buf + len, sizeof(buf) - len, "%s%s",
+					len ? " " : "", op_name[op - 1]);
+	}
+	return buf;
+}
+
 /* Check page @page of @v against @tag; print the first difference. */
 static bool check_page(const char *who, int r, const struct view *v,
 		       size_t page, uint64_t tag)
@@ -204,11 +225,12 @@ static bool check_page(const char *who, int r, const struct view *v,
 		return true;
 	if (reports_left > 0) {
 		reports_left--;
-		ksft_print_msg("%s %d: region %d (%s) page %zu word %zu: 0x%016llx, expected 0x%016llx (tag 0x%llx)\n",
+		ksft_print_msg("%s %d: region %d (%s) page %zu word %zu: 0x%016llx, expected 0x%016llx (tag 0x%llx; last operations: %s)\n",
 			       who, getpid(), r, kind_name[v->kind], page, w,
 			       (unsigned long long)p[w],
 			       (unsigned long long)word_of(v, page, tag, w),
-			       (unsigned long long)tag);
+			       (unsigned long long)tag,
+			       history(regions[r].hist[page]));
 	}
 	return false;
 }
@@ -251,10 +273,21 @@ static uint64_t fresh_tag(const struct region *r)
 	return r->kind == FILE_PRIV ? TAG_FILE : TAG_ZERO;
 }
 
+/*
+ * Add the current operation to the history of pages [first, first + n):
+ * the last eight, a byte each, newest lowest, printed with a mismatch.
+ */
+static void note(struct region *r, size_t first, size_t n)
+{
+	for (size_t i = first; i < first + n && i < r->maxpages; i++)
+		r->hist[i] = r->hist[i] << 8 | (cur_op + 1);
+}
+
 static void set_tags(struct region *r, size_t first, size_t n, uint64_t tag)
 {
 	for (size_t i = first; i < first + n; i++)
 		r->meta[i] = tag;
+	note(r, first, n);
 }
 
 /* A random run of at most @max mapped pages, or 0. */
@@ -314,6 +347,7 @@ static bool op_write(struct worker *w, struct region *r, int ri)
 		r->meta[i] = new_tag(&w->rng);
 		fill_page(&v, i, r->meta[i]);
 	}
+	note(r, first, n);
 	return true;
 }
 
@@ -360,6 +394,7 @@ static bool op_mremap(struct worker *w, struct region *r, int ri)
 
 	if (r->kind == BRK || !op_remap(w, r, ri))
 		return false;
+	note(r, 0, r->npages);
 	/* Same flags everywhere, so that the VMAs merge into one. */
 	munlock(r->addr, len);
 	if (mprotect(r->addr, len, PROT_READ | PROT_WRITE))
@@ -414,6 +449,7 @@ static bool op_mprotect(struct worker *w, struct region *r, int ri)
 
 	if (!n || mprotect(p, n * PAGE, PROT_READ))
 		return false;
+	note(r, first, n);
 	return below(&w->rng, 2) || !mprotect(p, n * PAGE, PROT_READ | PROT_WRITE);
 }
 
@@ -431,6 +467,8 @@ static bool advise(struct worker *w, struct region *r, int advice)
 		return false;
 	if (advice == MADV_DONTNEED)
 		set_tags(r, first, n, fresh_tag(r));
+	else
+		note(r, first, n);
 	if (advice == MADV_FREE)
 		for (size_t i = first; i < first + n; i++)
 			r->meta[i] |= r->meta[i] ? MAYBE_ZERO : 0;
@@ -450,6 +488,7 @@ static bool op_collapse(struct worker *w, struct region *r, int ri)
 	for (size_t i = first; i < first + PAGES_2M; i++)
 		if (r->meta[i] == TAG_UNMAPPED)
 			return false;
+	note(r, first, PAGES_2M);
 	return !madvise((void *)a, SZ_2M, MADV_COLLAPSE);
 }
 
@@ -459,6 +498,7 @@ static bool op_merge(struct worker *w, struct region *r, int ri)
 
 	if (!opt.ksm || !n)
 		return false;
+	note(r, first, n);
 	return !madvise(page_addr(r, first), n * PAGE,
 			below(&w->rng, 4) ? MADV_MERGEABLE : MADV_UNMERGEABLE);
 }
@@ -469,6 +509,7 @@ static bool op_mlock(struct worker *w, struct region *r, int ri)
 
 	if (!n || mlock(page_addr(r, first), n * PAGE))
 		return false;
+	note(r, first, n);
 	return below(&w->rng, 2) || !munlock(page_addr(r, first), n * PAGE);
 }
 
@@ -493,6 +534,7 @@ static bool op_vmsplice(struct worker *w, struct region *r, int ri)
 
 	while (read(w->pipe[0], sink, sizeof(sink)) > 0)
 		;
+	note(r, first, n);
 	return n && vmsplice(w->pipe[1], &iov, 1, SPLICE_F_NONBLOCK) > 0;
 }
 
@@ -516,6 +558,7 @@ static bool op_odirect(struct worker *w, struct region *r, int ri)
 	}
 	for (size_t i = 0; i < n; i++)
 		r->meta[first + i] = TAG_DEV + k + i;
+	note(r, first, n);
 	return true;
 }
 
@@ -563,6 +606,9 @@ static pid_t fork_checker(int depth, uint64_t rng)
 
 	if (fd < 0)
 		return -1;
+	cur_op = OP_FORK;
+	for (int i = 0; i < NR_REGIONS; i++)
+		note(&regions[i], 0, regions[i].npages);
 	pid = fork();
 	if (pid == 0)
 		child_main(fd, depth, rng);
@@ -625,6 +671,8 @@ static void child_main(int fd, int depth, uint64_t rng)
 				if (below(&rng, 4)) {
 					r->meta[p] = tag++;
 					fill_page(&v, p, r->meta[p]);
+					cur_op = OP_WRITE;
+					note(r, p, 1);
 				}
 			}
 		}
@@ -698,10 +746,10 @@ static enum op pick_op(uint64_t *rng)
 	int total = 0, x;
 
 	for (int i = 0; i < NR_OPS; i++)
-		total += op_weight[i];
+		total += opt.op_off[i] ? 0 : op_weight[i];
 	x = below(rng, total);
 	for (int i = 0; i < NR_OPS; i++) {
-		x -= op_weight[i];
+		x -= opt.op_off[i] ? 0 : op_weight[i];
 		if (x < 0)
 			return i;
 	}
@@ -724,6 +772,7 @@ static void *worker_main(void *arg)
 		} else {
 			pthread_rwlock_rdlock(&fork_lock);
 			pthread_mutex_lock(&r->lock);
+			cur_op = op;
 			done = run_op(op, w, r, ri);
 			pthread_mutex_unlock(&r->lock);
 			pthread_rwlock_unlock(&fork_lock);
@@ -762,7 +811,9 @@ static void setup_region(struct region *r, enum kind kind, size_t maxpages, uint
 	r->fd = -1;
 	r->meta = mmap(NULL, maxpages * sizeof(uint64_t), PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (r->meta == MAP_FAILED)
+	r->hist = mmap(NULL, maxpages * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->meta == MAP_FAILED || r->hist == MAP_FAILED)
 		ksft_exit_fail_perror("mmap");
 	if (kind == BRK) {
 		r->addr = brk_base;
@@ -983,14 +1034,35 @@ static void usage(const char *prog)
 {
 	fprintf(stderr,
 		"usage: %s [-s SEED] [-t SECONDS] [-j WORKERS] [-c CHILDREN] [-m MIB]\n"
-		"          [-g MEMCG_MIB] [-F PERCENT] [-k] [-n] [-d] [-a]\n"
+		"          [-g MEMCG_MIB] [-F PERCENT] [-k] [-n] [-d] [-a] [-x OP,...]\n"
 		"  -g  run in a memory cgroup limited to MEMCG_MIB (needs swap)\n"
 		"  -F  fail PERCENT%% of Async-fork's allocations (children may be killed,\n"
 		"      forks fail)\n"
 		"  -k  KSM on, khugepaged fast   -n  migrate between NUMA nodes 0 and 1\n"
 		"  -d  O_DIRECT reads from a loop device into the memory (pins)\n"
-		"  -a  the forks must be asynchronous (vm.async_fork=2)\n", prog);
+		"  -a  the forks must be asynchronous (vm.async_fork=2)\n"
+		"  -x  leave these operations out (to narrow a failure down):\n"
+		"      ", prog);
+	for (int i = 0; i < NR_OPS; i++)
+		fprintf(stderr, "%s%s", op_name[i], i + 1 < NR_OPS ? "," : "\n");
 	exit(KSFT_FAIL);
+}
+
+/* -x: a comma-separated list of operation names. */
+static void leave_out(char *list, const char *prog)
+{
+	for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
+		int i = 0;
+
+		while (i < NR_OPS && strcmp(name, op_name[i]))
+			i++;
+		if (i == NR_OPS || i == OP_WRITE) {
+			fprintf(stderr, "%s: -x %s: not an operation that can be left out\n",
+				prog, name);
+			usage(prog);
+		}
+		opt.op_off[i] = true;
+	}
 }
 
 static int parse_int(const char *s, int min, int max, const char *prog)
@@ -1013,7 +1085,7 @@ int main(int argc, char **argv)
 	int c;
 
 	opt.seed = time(NULL) ^ getpid();
-	while ((c = getopt(argc, argv, "s:t:j:c:m:g:F:kdna")) != -1) {
+	while ((c = getopt(argc, argv, "s:t:j:c:m:g:F:kdnax:")) != -1) {
 		switch (c) {
 		case 's':
 			opt.seed = strtoull(optarg, NULL, 0); break;
@@ -1037,6 +1109,8 @@ int main(int argc, char **argv)
 			opt.odirect = true; break;
 		case 'a':
 			opt.expect_async = true; break;
+		case 'x':
+			leave_out(optarg, argv[0]); break;
 		default:
 			usage(argv[0]);
 		}
@@ -1051,6 +1125,9 @@ int main(int argc, char **argv)
 		       opt.children, opt.mib, opt.ksm ? ", KSM" : "",
 		       opt.numa ? ", NUMA migration" : "",
 		       opt.odirect ? ", O_DIRECT" : "");
+	for (int i = 0; i < NR_OPS; i++)
+		if (opt.op_off[i])
+			ksft_print_msg("left out: %s\n", op_name[i]);
 	rng = opt.seed ? opt.seed : 1;
 
 	if (opt.memcg_mib)
