@@ -34,7 +34,8 @@ dump_tasks() {
 	local t state
 	for t in /proc/[0-9]*/task/[0-9]*; do
 		state=$(sed -n 's/^State:[[:space:]]*//p' "$t/status" 2>/dev/null) || continue
-		if [ ! -s "$t/cmdline" ]; then
+		# A kernel thread has an empty command line (its size reads 0 for all).
+		if ! grep -q . "$t/cmdline" 2>/dev/null; then
 			case "$state" in S*|I*) continue ;; esac
 		fi
 		echo "== ${t#/proc/} $(cat "$t/comm" 2>/dev/null) $state wchan=$(cat "$t/wchan" 2>/dev/null)"
