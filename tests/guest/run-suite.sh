@@ -29,26 +29,41 @@ fi
 dmesg -c > "$out/boot.dmesg"
 
 # Every user task, and every kernel thread not idle: state, wait channel,
-# kernel stack.
+# kernel stack.  Shell builtins only: under emulation a fork costs tens of
+# milliseconds, and a hundred tasks must fit in the seconds before the kill.
 dump_tasks() {
-	local t state
+	local t key val state cmd comm wchan line
 	for t in /proc/[0-9]*/task/[0-9]*; do
-		state=$(sed -n 's/^State:[[:space:]]*//p' "$t/status" 2>/dev/null) || continue
+		state=
+		while read -r key val; do
+			if [ "$key" = State: ]; then
+				state=$val
+				break
+			fi
+		done 2>/dev/null < "$t/status" || continue
 		# A kernel thread has an empty command line (its size reads 0 for all).
-		if ! grep -q . "$t/cmdline" 2>/dev/null; then
+		cmd= comm= wchan=
+		IFS= read -r -d '' cmd 2>/dev/null < "$t/cmdline"
+		if [ -z "$cmd" ]; then
 			case "$state" in S*|I*) continue ;; esac
 		fi
-		echo "== ${t#/proc/} $(cat "$t/comm" 2>/dev/null) $state wchan=$(cat "$t/wchan" 2>/dev/null)"
-		cat "$t/stack" 2>/dev/null
+		read -r comm 2>/dev/null < "$t/comm"
+		read -r wchan 2>/dev/null < "$t/wchan"
+		echo "== ${t#/proc/} $comm $state wchan=$wchan"
+		while IFS= read -r line; do
+			echo "$line"
+		done 2>/dev/null < "$t/stack"
 	done
 }
 
-# Sleeps @1 seconds, then writes the tasks to @2; killed when the run ends.
+# Sleeps @1 seconds, then writes the tasks to @2.  Killed before that when
+# the run ends; once dumping, it finishes first (the run ends meanwhile).
 watchdog() {
 	local nap
 	trap 'kill "$nap" 2>/dev/null; exit 0' TERM
 	sleep "$1" & nap=$!
 	wait "$nap"
+	trap '' TERM
 	dump_tasks > "$2" 2>&1
 }
 
