@@ -7,9 +7,10 @@
  * promises: bad input is refused with EINVAL, the opt-ins (prctl, cgroup,
  * sysctl) decide which forks are asynchronous and are inherited as
  * documented, the vmstat counters move, and a copy that fails (injected
- * allocation failure in the child or in the parent, SIGKILL to the child)
- * kills only the child and leaves the parent intact, as does a parent that
- * exits while its child copies.
+ * allocation failure in the child or in the parent, SIGKILL to the child,
+ * the OOM killer) kills only the child and leaves the parent intact, and a
+ * parent that exits or is OOM-killed while its child copies leaves the
+ * child a complete snapshot or a dead child.
  *
  * Runs as root in the guest, with debugfs mounted and vm.async_fork
  * restored to its value at start.
@@ -662,6 +663,216 @@ TEST_F_TIMEOUT(af, parent_exits_while_child_copies, 180)
 	ASSERT_EQ(read(res[0], &r, 1), 1);
 	EXPECT_EQ(r, 'g');
 	close(res[0]);
+}
+
+#define OOM_CGROUP	"/sys/fs/cgroup/async_fork_oom"
+#define OOM_MEM		(32UL << 20)
+
+/* A counter of @cg's memory.events ("oom_kill"), or -1. */
+static long memcg_event(const char *cg, const char *key)
+{
+	char path[128], name[32];
+	long val = -1, v;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memory.events", cg);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fscanf(f, "%31s %ld", name, &v) == 2)
+		if (!strcmp(name, key))
+			val = v;
+	fclose(f);
+	return val;
+}
+
+/* Has the test lifted the OOM cgroup's limit again? */
+static bool limit_lifted(void)
+{
+	char buf[8] = "";
+	int fd = open(OOM_CGROUP "/memory.max", O_RDONLY);
+
+	if (fd < 0)
+		return false;
+	if (read(fd, buf, sizeof(buf) - 1) < 0)
+		buf[0] = 0;
+	close(fd);
+	return !strncmp(buf, "max", 3);
+}
+
+static int set_oom_score_adj(pid_t pid, long adj)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", pid);
+	return write_long(path, adj);
+}
+
+/* What the middle process of oom_during_copy() tells the test. */
+enum { OOM_ARMED = 'A', OOM_LATE = 'L' };
+/* How it exits when it survives. */
+enum { MID_OK, MID_SETUP, MID_CHILD_LIVED, MID_LOST_MEMORY, MID_NO_FORK };
+
+/*
+ * The middle process: in the OOM cgroup, with memory of its own, it forks
+ * a checker and at once lowers the cgroup's limit below what the cgroup
+ * uses.  oom_score_adj names the victim: the middle process itself
+ * (@kill_parent) or the checker.  A checker that had finished its copy
+ * before that proves nothing, so that is reported (OOM_LATE) and tried
+ * again.
+ */
+static void __noreturn
+oom_mid(int tell, int res, const char *shared, bool kill_parent)
+{
+	char buf[32], *mem;
+	int status, tries;
+	pid_t pid;
+
+	snprintf(buf, sizeof(buf), "%d", getpid());
+	if (write_file(OOM_CGROUP "/cgroup.procs", buf) ||
+	    set_oom_score_adj(getpid(), kill_parent ? 1000 : -1000))
+		_exit(MID_SETUP);
+	mem = mmap(NULL, OOM_MEM, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mem == MAP_FAILED)
+		_exit(MID_SETUP);
+	madvise(mem, OOM_MEM, MADV_NOHUGEPAGE);
+	fill(mem, OOM_MEM, 9);
+	for (tries = 0; tries < 5; tries++) {
+		long done = vmstat("async_fork_pmd_child");
+		char r;
+
+		pid = fork();
+		if (pid < 0)
+			_exit(MID_NO_FORK);
+		if (pid == 0) {
+			r = mismatch(mem, OOM_MEM, 9) >= 0 ||
+			    mismatch(shared, REGION, 1) >= 0 ? 'b' : 'g';
+			_exit(write(res, &r, 1) != 1);
+		}
+		set_oom_score_adj(pid, kill_parent ? -1000 : 1000);
+		r = vmstat("async_fork_pmd_child") == done ? OOM_ARMED : OOM_LATE;
+		if (write(tell, &r, 1) != 1)
+			_exit(MID_SETUP);
+		if (r == OOM_ARMED)
+			break;
+		waitpid(pid, &status, 0);
+	}
+	if (tries == 5)
+		_exit(MID_SETUP);
+	/*
+	 * Below what the cgroup uses, without swap: the OOM killer strikes
+	 * now, in this write or in the checker's next allocation.
+	 */
+	snprintf(buf, sizeof(buf), "%ld",
+		 read_long(OOM_CGROUP "/memory.current") - (1L << 20));
+	write_file(OOM_CGROUP "/memory.max", buf);
+	if (kill_parent) {
+		/* The test lifts the limit once the OOM killer has struck. */
+		for (int i = 0; i < 600; i++)
+			usleep(100000);
+		_exit(MID_SETUP);
+	}
+	if (waitpid(pid, &status, 0) != pid || !WIFSIGNALED(status))
+		_exit(MID_CHILD_LIVED);
+	if (mismatch(mem, OOM_MEM, 9) >= 0 || mismatch(shared, REGION, 1) >= 0)
+		_exit(MID_LOST_MEMORY);
+	for (int i = 0; i < 3000 && !limit_lifted(); i++)
+		usleep(10000);
+	fill(mem, OOM_MEM, 10);
+	pid = fork();
+	if (pid == 0)
+		_exit(mismatch(mem, OOM_MEM, 10) >= 0);
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || status)
+		_exit(MID_NO_FORK);
+	_exit(MID_OK);
+}
+
+/*
+ * The memory cgroup's OOM killer strikes while a child still copies its
+ * page tables, and kills the child or its parent.  A killed child leaves
+ * the parent's memory intact and the next fork working; a killed parent
+ * leaves the child a complete snapshot (exit finishes the copy, the OOM
+ * reaper skips what the child still needs) or, if that copy cannot get
+ * memory either, a dead child, never a wrong snapshot.  No page table
+ * leaks, and the kernel log stays clean (the harness checks it).
+ */
+static void oom_during_copy(struct __test_metadata *_metadata,
+			    FIXTURE_DATA(af) *self, bool kill_parent)
+{
+	long pt_kb = page_tables_kb(), kills;
+	int tell[2], res[2], status, mid_status, got_byte;
+	char c = 0, r = 0;
+	pid_t mid;
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	rmdir(OOM_CGROUP);
+	ASSERT_EQ(mkdir(OOM_CGROUP, 0755), 0);
+	/* Without swap, over the limit means an OOM kill. */
+	write_file(OOM_CGROUP "/memory.swap.max", "0");
+	/* The checker must come back here, whoever dies first. */
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+	ASSERT_EQ(pipe(tell), 0);
+	ASSERT_EQ(pipe(res), 0);
+	set_sysctl(2);
+	mid = fork();
+	ASSERT_GE(mid, 0);
+	if (mid == 0) {
+		close(tell[0]);
+		close(res[0]);
+		oom_mid(tell[1], res[1], self->mem, kill_parent);
+	}
+	close(tell[1]);
+	close(res[1]);
+	while (read(tell[0], &c, 1) == 1 && c == OOM_LATE)
+		;
+	ASSERT_EQ(c, OOM_ARMED) {
+		TH_LOG("the child always finished its copy before the limit");
+	}
+	for (int i = 0; i < 3000 && memcg_event(OOM_CGROUP, "oom_kill") < 1; i++)
+		usleep(10000);
+	kills = memcg_event(OOM_CGROUP, "oom_kill");
+	write_file(OOM_CGROUP "/memory.max", "max");
+	EXPECT_GE(kills, 1);
+
+	ASSERT_EQ(waitpid(mid, &mid_status, 0), mid);
+	/* Returns once the checker has written or is gone. */
+	got_byte = read(res[0], &r, 1) == 1;
+	if (kill_parent) {
+		EXPECT_TRUE(WIFSIGNALED(mid_status) && WTERMSIG(mid_status) == SIGKILL) {
+			TH_LOG("the parent was not killed (status %#x)", mid_status);
+		}
+		/* Its checker came here: exact snapshot, or killed. */
+		ASSERT_GT(waitpid(-1, &status, 0), 0);
+		EXPECT_TRUE(got_byte ? r == 'g' && WIFEXITED(status) && !WEXITSTATUS(status)
+				     : WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+			TH_LOG("the checker of a killed parent: '%c', status %#x",
+			       got_byte ? r : '-', status);
+		}
+	} else {
+		/* The parent saw its checker killed and its own memory intact. */
+		EXPECT_TRUE(WIFEXITED(mid_status) && WEXITSTATUS(mid_status) == MID_OK) {
+			TH_LOG("the parent's status: %#x", mid_status);
+		}
+		EXPECT_FALSE(got_byte);
+	}
+	close(tell[0]);
+	close(res[0]);
+	prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+	EXPECT_EQ(rmdir(OOM_CGROUP), 0);
+	EXPECT_LE(labs(page_tables_settled(pt_kb, 64) - pt_kb), 64);
+}
+
+TEST_F_TIMEOUT(af, oom_kills_child_while_copying, 180)
+{
+	oom_during_copy(_metadata, self, false);
+}
+
+TEST_F_TIMEOUT(af, oom_kills_parent_while_child_copies, 180)
+{
+	oom_during_copy(_metadata, self, true);
 }
 
 int main(int argc, char **argv)
