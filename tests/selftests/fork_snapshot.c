@@ -21,11 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/swap.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "kselftest_harness.h"
 #include "snapshot.h"
+#include "knobs.h"
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE	25	/* glibc 2.36 headers predate it */
@@ -420,6 +422,91 @@ PARENT_OP_TEST(madv_pageout)
 	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
 	fill(self->mem, self->size, 2);
 	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+}
+
+/* The first swap area of /proc/swaps and its priority; false if none. */
+static bool first_swap(char *path, size_t len, int *prio)
+{
+	char line[256], fmt[32];
+	bool found = false;
+	FILE *f = fopen("/proc/swaps", "r");
+
+	if (!f)
+		return false;
+	snprintf(fmt, sizeof(fmt), "%%%zus %%*s %%*s %%*s %%d", len - 1);
+	if (fgets(line, sizeof(line), f) && fgets(line, sizeof(line), f))
+		found = sscanf(line, fmt, path, prio) == 2;
+	fclose(f);
+	return found;
+}
+
+/*
+ * swapoff while the child may still be copying.  The region is swapped out
+ * before fork(), so the parent's tables hold swap entries; swapoff's
+ * try_to_unuse() then replaces them with present pages (unuse_pte()) in
+ * the parent, under PMDs the child may not have copied yet, and must also
+ * find the entries the child copies meanwhile.  Swap is on again before
+ * anything is checked.  Returns whether the child's copy was still under
+ * way when swapoff started.
+ */
+static bool swapoff_once(struct __test_metadata *_metadata,
+			 FIXTURE_DATA(snapshot) *self,
+			 const FIXTURE_VARIANT(snapshot) *variant,
+			 const char *path, int prio)
+{
+	struct af_counts before;
+	int go[2], off, on = -1, err = 0;
+	long copied;
+	pid_t pid;
+
+	fill(self->mem, self->size, 1);
+	ASSERT_EQ(madvise(self->mem, self->size, MADV_PAGEOUT), 0);
+	ASSERT_GT(proc_kb("/proc/self/status", "VmSwap"), 0);
+
+	before = af_counts();
+	copied = vmstat("async_fork_pmd_child");
+	ASSERT_EQ(pipe(go), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0)
+		child_check(go[0], self->mem, self->size);
+	/* The child counts its tables once it has copied them all. */
+	copied = vmstat("async_fork_pmd_child") - copied;
+	off = swapoff(path);
+	if (off)
+		err = errno;
+	else
+		on = swapon(path, prio >= 0 ? SWAP_FLAG_PREFER | prio : 0);
+	ASSERT_EQ(off, 0) {
+		TH_LOG("swapoff %s: %s", path, strerror(err));
+	}
+	ASSERT_EQ(on, 0) {
+		TH_LOG("swapon %s again: %s", path, strerror(errno));
+	}
+	/* swapoff brought every page of every process back in. */
+	ASSERT_EQ(proc_kb("/proc/self/status", "VmSwap"), 0);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	fill(self->mem, self->size, 2);
+	release_child(_metadata, go, pid);
+	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
+	check_async(_metadata, variant, before);
+	return copied == 0;
+}
+
+TEST_F_TIMEOUT(snapshot, parent_swapoff, CASE_TIMEOUT)
+{
+	char path[128];
+	int prio, tries = 0;
+	bool pending;
+
+	if (!first_swap(path, sizeof(path), &prio))
+		SKIP(return, "no swap area in /proc/swaps");
+	do {
+		pending = swapoff_once(_metadata, self, variant, path, prio);
+	} while (expect_async(variant) == 1 && !pending && ++tries < 5);
+	EXPECT_TRUE(expect_async(variant) != 1 || pending) {
+		TH_LOG("the child always finished its copy before swapoff started");
+	}
 }
 
 PARENT_OP_TEST(madv_collapse)

@@ -52,12 +52,12 @@ static inline int write_long(const char *path, long val)
 	return write_file(path, buf);
 }
 
-/* A /proc/meminfo field in KiB, or -1. */
-static inline long meminfo_kb(const char *key)
+/* The value of a "Key: value kB" line of @path (/proc/meminfo, status), or -1. */
+static inline long proc_kb(const char *path, const char *key)
 {
 	char line[128], name[64];
 	long kb, ret = -1;
-	FILE *f = fopen("/proc/meminfo", "r");
+	FILE *f = fopen(path, "r");
 
 	if (!f)
 		return -1;
@@ -68,6 +68,12 @@ static inline long meminfo_kb(const char *key)
 		}
 	fclose(f);
 	return ret;
+}
+
+/* A /proc/meminfo field in KiB, or -1. */
+static inline long meminfo_kb(const char *key)
+{
+	return proc_kb("/proc/meminfo", key);
 }
 
 /*
