@@ -126,8 +126,8 @@ class Program:
     timeout: int
     command: str
     # Extra runs allowed when a run fails (exit code not 0): only for
-    # upstream programs that race under emulation.  Every run's kernel log
-    # is judged; the failed runs are kept and reported as flaky.
+    # programs seen to fail the same way on the unpatched kernel.  Every
+    # run's kernel log is judged; the failed runs are kept and reported.
     retries: int = 0
 
 

@@ -1,5 +1,7 @@
 """The project's own kselftest programs (tests/selftests), in the suite boot."""
 
+import warnings
+
 import pytest
 
 from conftest import OWN_PROGRAMS
@@ -26,3 +28,6 @@ def test_own_program(guest, name):
     # variant would leave that path untested while the run looks green.
     skipped = [c.name for c in r.cases if c.status == "skip"]
     assert not skipped, f"cases skipped on the test kernel: {skipped}"
+    for i, out in enumerate(r.failed_runs, 1):
+        warnings.warn(f"{name}: run {i} of {len(r.failed_runs) + 1} failed and was repeated "
+                      f"(retries in tests/programs.py); its output:\n{out[-3000:]}")
