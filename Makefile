@@ -9,7 +9,8 @@
 #                      memory size and copy threads; Redis snapshots across sizes,
 #                      loads and copy threads): bench-fork, then bench-redis
 #   make soak          the randomized tests (fork_stress, stress-ng, Redis digests)
-#                      on the debug kernel for SOAK_MINUTES (default 30)
+#                      on the debug kernel for SOAK_MINUTES (default 30);
+#                      SOAK_ARGS='--swap zram' swaps to zram instead of a loop device
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make check-series  build the kernel with each prefix of the patch series
 #   make vm CMD='...'  boot the debug kernel and run one command in it
@@ -21,6 +22,7 @@ BUILD          ?= build
 PYTHON         := .venv/bin/python
 PYTEST_ARGS    ?=
 SOAK_MINUTES   ?= 30
+SOAK_ARGS      ?=
 
 KSRC := $(BUILD)/linux
 
@@ -67,7 +69,7 @@ test: kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)
 
 soak: kernel-debug selftests
-	@$(PYTHON) tests/soak.py --minutes $(SOAK_MINUTES)
+	@$(PYTHON) tests/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 baseline: kernel-debug upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs inside the guest (started by tests/harness.py through scripts/vm.py).
 #
-# Usage: run-suite.sh OUTDIR SUITE
+# Usage: [SWAP=zram|loop] run-suite.sh OUTDIR SUITE
 #
 # SUITE has one test program a line: NAME TIMEOUT RETRIES COMMAND...  For
 # each one this writes OUTDIR/NAME.out (its KTAP output), OUTDIR/NAME.rc (its
@@ -21,11 +21,22 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 # Reserve hugetlb pages for the tests that use them; THP on madvise.
 echo 64 > /proc/sys/vm/nr_hugepages
 echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
-# Swap on a compressed RAM disk, so that swap-out paths run.
-if [ -e /sys/block/zram0/disksize ] && ! grep -q zram0 /proc/swaps; then
-	echo 1G > /sys/block/zram0/disksize
-	mkswap /dev/zram0 > /dev/null && swapon /dev/zram0
+# Swap, so that swap-out paths run: on a compressed RAM disk (zram), or
+# with SWAP=loop on a loop device over tmpfs, where every swap-in goes
+# through the swap cache (zram's may skip it: docs/findings/memcg-zeros.md).
+if [ "$(wc -l < /proc/swaps)" -le 1 ]; then
+	if [ "${SWAP:-zram}" = loop ]; then
+		mkdir -p /run/swapfs
+		mount -t tmpfs -o size=1100M none /run/swapfs
+		truncate -s 1G /run/swapfs/swap
+		dev=$(losetup -f --show /run/swapfs/swap) &&
+			mkswap "$dev" > /dev/null && swapon "$dev"
+	elif [ -e /sys/block/zram0/disksize ]; then
+		echo 1G > /sys/block/zram0/disksize
+		mkswap /dev/zram0 > /dev/null && swapon /dev/zram0
+	fi
 fi
+cp /proc/swaps "$out/swaps"
 dmesg -c > "$out/boot.dmesg"
 
 # Every user task, and every kernel thread not idle: state, wait channel,
