@@ -717,4 +717,102 @@ TEST_F_TIMEOUT(snapshot, parent_threads_write, CASE_TIMEOUT)
 	ASSERT_EQ(mismatch(self->mem, self->size, 2), -1);
 }
 
+/*
+ * GUP into the child's memory while it copies: right after fork() the
+ * parent writes one page of every PMD of the child through
+ * /proc/PID/mem, whose GUP on the child's mm faults on tables the child
+ * has not copied yet and must copy them first.  The written pages
+ * must be the child's own (COW), never the pages it shares with the
+ * parent.  Returns whether the child's copy was still under way.
+ */
+/* The page remote_write_once() writes in PMD @i: a different one in each. */
+static size_t written_off(size_t i)
+{
+	return i * SZ_2M + i * 4096;
+}
+
+static bool remote_write_once(struct __test_metadata *_metadata,
+			      FIXTURE_DATA(snapshot) *self,
+			      const FIXTURE_VARIANT(snapshot) *variant)
+{
+	static char buf[4096];
+	size_t nr = REGION_SIZE / SZ_2M, i;
+	char path[32];
+	int fd;
+	struct af_counts before = af_counts();
+	long copied = vmstat("async_fork_pmd_child");
+	int go[2], status;
+	ssize_t done;
+	pid_t pid;
+
+	memset(buf, 0xa5, sizeof(buf));
+	ASSERT_EQ(pipe(go), 0);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		char c;
+		long bad = -1;
+
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		for (i = 0; i < nr && bad < 0; i++) {
+			char *page = self->mem + written_off(i);
+
+			for (size_t b = 0; b < 4096 && bad < 0; b++)
+				if (page[b] != (char)0xa5)
+					bad = page - self->mem + b;
+		}
+		if (bad >= 0) {
+			fprintf(stderr, "# child: byte %ld lacks the parent's remote write\n", bad);
+			_exit(1);
+		}
+		/* Put the pre-fork pages back, then check everything. */
+		for (i = 0; i < nr; i++) {
+			size_t off = written_off(i);
+
+			for (size_t w = off / 8; w < (off + 4096) / 8; w++)
+				((uint64_t *)self->mem)[w] = pattern(1, w);
+		}
+		bad = mismatch(self->mem, self->size, 1);
+		if (bad >= 0)
+			fprintf(stderr, "# child: byte %ld differs from the pre-fork contents\n", bad);
+		_exit(bad >= 0);
+	}
+	copied = vmstat("async_fork_pmd_child") - copied;
+	snprintf(path, sizeof(path), "/proc/%d/mem", pid);
+	fd = open(path, O_RDWR);
+	ASSERT_GE(fd, 0);
+	for (i = 0; i < nr; i++) {
+		done = pwrite(fd, buf, sizeof(buf), (uintptr_t)self->mem + written_off(i));
+		ASSERT_EQ(done, 4096) {
+			TH_LOG("write to %s: %s", path, strerror(errno));
+		}
+	}
+	close(fd);
+	/* Nothing of it reached the parent. */
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	ASSERT_EQ(write(go[1], "g", 1), 1);
+	ASSERT_EQ(waitpid(pid, &status, 0), pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	ASSERT_EQ(WEXITSTATUS(status), 0);
+	close(go[0]);
+	close(go[1]);
+	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
+	check_async(_metadata, variant, before);
+	return copied == 0;
+}
+
+TEST_F_TIMEOUT(snapshot, remote_write_into_copying_child, CASE_TIMEOUT)
+{
+	int tries = 0;
+	bool pending;
+
+	do {
+		pending = remote_write_once(_metadata, self, variant);
+	} while (expect_async(variant) == 1 && !pending && ++tries < 5);
+	EXPECT_TRUE(expect_async(variant) != 1 || pending) {
+		TH_LOG("the child always finished its copy before the first write");
+	}
+}
+
 TEST_HARNESS_MAIN
