@@ -737,11 +737,10 @@ static bool remote_write_once(struct __test_metadata *_metadata,
 {
 	static char buf[4096];
 	size_t nr = REGION_SIZE / SZ_2M, i;
-	char path[32];
-	int fd;
 	struct af_counts before = af_counts();
 	long copied = vmstat("async_fork_pmd_child");
-	int go[2], status;
+	char path[32];
+	int go[2], fd;
 	ssize_t done;
 	pid_t pid;
 
@@ -791,12 +790,7 @@ static bool remote_write_once(struct __test_metadata *_metadata,
 	close(fd);
 	/* Nothing of it reached the parent. */
 	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
-	ASSERT_EQ(write(go[1], "g", 1), 1);
-	ASSERT_EQ(waitpid(pid, &status, 0), pid);
-	ASSERT_TRUE(WIFEXITED(status));
-	ASSERT_EQ(WEXITSTATUS(status), 0);
-	close(go[0]);
-	close(go[1]);
+	release_child(_metadata, go, pid);
 	ASSERT_EQ(mismatch(self->mem, self->size, 1), -1);
 	check_async(_metadata, variant, before);
 	return copied == 0;
