@@ -63,9 +63,9 @@ def main() -> int:
               f"{len(r.cases)} cases)")
         for line in problems:
             print("    " + line.replace("\n", "\n    "))
-        for i, out in enumerate(r.failed_runs, 1):
+        for i, failed_out in enumerate(r.failed_runs, 1):
             print(f"    run {i} failed and was repeated; its output tail:\n      " +
-                  harness.vm.tail(out, 20).replace("\n", "\n      "))
+                  harness.vm.tail(failed_out, 20).replace("\n", "\n      "))
         failed += bool(problems)
     reports = run.vm.reports or []
     if reports:
