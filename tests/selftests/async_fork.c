@@ -391,6 +391,50 @@ TEST_F_TIMEOUT(af, parallel_copy, 180)
 }
 
 /*
+ * A second fork() while the first child still copies: fork() finishes the
+ * first copy before it starts (the parent has one copy in progress at a
+ * time; a debug kernel warns otherwise), and both children see the
+ * contents of before the first fork.  The finished copy is seen as
+ * async_fork_vma_sync moving; a first child that copied everything before
+ * the second fork proves nothing, so try again a few times.  A third fork()
+ * after both copies finds the finished links still on the parent's VMAs:
+ * it must copy nothing for them and still be asynchronous.
+ */
+TEST_F_TIMEOUT(af, fork_while_previous_copy_pending, 180)
+{
+	long forks, vma_syncs;
+	bool seen = false;
+	pid_t first, second, third;
+	int tries;
+
+	set_sysctl(2);
+	for (tries = 0; tries < 10 && !seen; tries++) {
+		forks = started_async();
+		vma_syncs = vmstat("async_fork_vma_sync");
+		first = fork_checker(self->mem);
+		second = fork_checker(self->mem);
+		seen = vmstat("async_fork_vma_sync") > vma_syncs;
+		fill(self->mem, REGION, 2);
+		ASSERT_EQ(reap(first), 0);
+		ASSERT_EQ(reap(second), 0);
+		ASSERT_EQ(started_async() - forks, 2);
+		fill(self->mem, REGION, 1);
+	}
+	ASSERT_TRUE(seen) {
+		TH_LOG("the first child always finished its copy before the second fork");
+	}
+
+	forks = started_async();
+	vma_syncs = vmstat("async_fork_vma_sync");
+	third = fork_checker(self->mem);
+	EXPECT_EQ(vmstat("async_fork_vma_sync"), vma_syncs);
+	fill(self->mem, REGION, 2);
+	ASSERT_EQ(reap(third), 0);
+	EXPECT_EQ(started_async() - forks, 1);
+	EXPECT_EQ(mismatch(self->mem, REGION, 2), -1);
+}
+
+/*
  * The published deployment stalled because the parent's mmap() after fork
  * waited for the child's copy.  Here a new mapping next to a VMA that is
  * still being copied, and a brk() that grows a heap still being copied,

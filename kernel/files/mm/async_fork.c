@@ -50,8 +50,10 @@
  * page tables: GUP-fast pins in the parent take the slow path meanwhile,
  * and the copies run with the seqcount held as folio_try_dup_anon_rmap_*()
  * requires.  Its writers stay serialized because a parent has at most one
- * fork in progress: fork() finishes the previous one before it copies
- * anything (async_fork_begin()).
+ * fork in progress: a fork() that finds the seqcount odd finishes the
+ * previous one before it copies anything (async_fork_begin()).  Links of a
+ * finished copy stay on the parent's VMAs until vma_start_write(), which
+ * dup_mmap() calls on every VMA before copying it.
  */
 
 #include <linux/async_fork.h>
@@ -437,9 +439,13 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 
 	if (!static_branch_unlikely(&async_fork_key))
 		return NULL;
-	/* One fork in progress at a time: see write_protect_seq above. */
-	if (test_bit(MMF_ASYNC_FORK_LINKED, &oldmm->flags))
+	/*
+	 * One fork in progress at a time: see write_protect_seq above.  Only
+	 * a pending copy holds it here, as fork() copies under our lock.
+	 */
+	if (raw_read_seqcount(&oldmm->write_protect_seq) & 1)
 		af_finish_mm(oldmm);
+	VM_WARN_ON_ONCE(raw_read_seqcount(&oldmm->write_protect_seq) & 1);
 	if (!af_wanted(oldmm))
 		return NULL;
 	/*
@@ -554,9 +560,11 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 	if (!ctx)
 		return;
 	if (ctx->nr_links) {
+		struct mm_struct *oldmm = ctx->links[0].src->vm_mm;
+
 		/* Released with the last mark: see write_protect_seq above. */
 		atomic_set(&ctx->nr_pending, ctx->nr_links);
-		raw_write_seqcount_begin(&ctx->links[0].src->vm_mm->write_protect_seq);
+		raw_write_seqcount_begin(&oldmm->write_protect_seq);
 	}
 	if (err || !ctx->nr_links) {
 		if (err)
