@@ -35,11 +35,12 @@
  * mark of the link: whoever holds it and still sees a mark copies the table
  * (or, once the fork has failed, only removes the mark); nobody else changes
  * a marked entry, except the CPU setting its Accessed bit.  So parent and
- * child never copy a table twice, and neither ever waits for more than the
- * one batch of tables the other is copying.  While link->lock is held and
- * link->nr_marked is not 0, both VMAs of the link and their page tables
- * stay: the parent finishes a link before it changes the VMA or exits, and
- * the child rolls its links back before its mm goes away.
+ * child never copy a table twice.  The child and its helpers take it for
+ * one table at a time, so that a parent about to change a table waits for
+ * one table's copy at most, then copies its own.  While link->lock is held
+ * and link->nr_marked is not 0, both VMAs of the link and their page
+ * tables stay: the parent finishes a link before it changes the VMA or
+ * exits, and the child rolls its links back before its mm goes away.
  *
  * Lock order: mmap_lock or VMA lock (of either mm) -> link->lock -> the PTE
  * locks of the child, then of the parent (copy_pte_range()).  A task holds
@@ -75,7 +76,7 @@
 
 #include "internal.h"
 
-/* Tables the child copies under one hold of link->lock: one "chunk". */
+/* Tables handed to one of the child's copiers at a time: one "chunk". */
 #define AF_BATCH	8
 #define AF_CHUNK	(AF_BATCH * PMD_SIZE)
 /* Upper limit of vm.async_fork_copy_threads. */
@@ -607,6 +608,28 @@ static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 }
 
 /*
+ * Copy the marked tables of the chunk at @start of @link, one table per
+ * hold of link->lock.  Returns the number of tables copied, or -EIO.
+ */
+static long af_copy_chunk(struct async_fork_link *link, unsigned long start)
+{
+	unsigned long addr, end = min(start + AF_CHUNK, link->end);
+	long copied = 0, ret;
+
+	for (addr = start & PMD_MASK; addr < end; addr += PMD_SIZE) {
+		mutex_lock(&link->lock);
+		ret = 0;
+		if (link->nr_marked)
+			ret = af_copy_range(link, addr, addr + PMD_SIZE);
+		mutex_unlock(&link->lock);
+		if (ret < 0)
+			return ret;
+		copied += ret;
+	}
+	return copied;
+}
+
+/*
  * Copy chunks of @ctx until none is left or the copy has failed; the child
  * and its helpers all run this.  Returns the number of tables copied.
  */
@@ -633,11 +656,7 @@ static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
 			af_fail(ctx);
 		if (af_failed(ctx))
 			break;
-		mutex_lock(&link->lock);
-		ret = 0;
-		if (link->nr_marked)
-			ret = af_copy_range(link, addr, addr + AF_CHUNK);
-		mutex_unlock(&link->lock);
+		ret = af_copy_chunk(link, addr);
 		if (ret < 0)
 			break;
 		pmds += ret;
