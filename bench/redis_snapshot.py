@@ -7,18 +7,21 @@ virtualenv (redis-py).  Debian's redis-server runs in the memory cgroup
 /sys/fs/cgroup/redis-demo; each mode writes that cgroup's memory.async_fork
 (0: default fork, 1: Async-fork) and nothing else changes.  Per mode:
 
-  1. DEBUG DIGEST of the dataset (no load running),
-  2. loadgen (open loop, every request recorded) for --baseline seconds,
-  3. BGSAVE, with the load going on, until the child has written the RDB,
-  4. one more second of load, then loadgen stops.
+  1. loadgen (open loop, every request recorded) for --baseline seconds,
+  2. BGSAVE, with the load going on, until the child has written the RDB,
+  3. one more second of load, then loadgen stops.
 
-Then the server stops and every RDB is loaded into a second server and
-checked against the dataset at the instant of its fork, exactly: loadgen's
-values name the connection and request that wrote them, so the RDB must
-show, for each connection, a prefix of its requests (consistent with what
-had been answered before BGSAVE was sent and what was sent after its
-reply), and nothing else changed (DEBUG DIGEST after undoing the run's
-writes equals the digest of step 1).
+Before the first mode, DEBUG DIGEST of the dataset as loaded (no load
+running).  Then the server stops and every RDB is loaded into a second
+server and checked against the dataset at the instant of its fork, exactly:
+loadgen's values name the connection and request that wrote them, so the
+RDB must show, for each connection, a prefix of its requests (consistent
+with what had been answered before BGSAVE was sent and what was sent after
+its reply), every key an earlier mode wrote must hold that mode's last
+write, and nothing else changed (DEBUG DIGEST after setting every key the
+run wrote back to its loaded value equals the digest of the loaded
+dataset).  DEBUG DIGEST is the slowest step under emulation (minutes per
+GiB), so it runs once per RDB and once for the dataset.
 
 Everything measured goes to OUT/result.json with the loadgen logs.
 """
@@ -28,8 +31,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,8 +47,12 @@ PORT, VERIFY_PORT = 6379, 6380
 MODES = {"default": 0, "async": 1}
 
 
+T0 = time.monotonic()
+WHO = "guest"   # where this runs: check() also runs on the host
+
+
 def say(msg: str) -> None:
-    print(f"guest: {msg}", flush=True)
+    print(f"{WHO}: {time.monotonic() - T0:6.0f} s  {msg}", flush=True)
 
 
 class Failed(Exception):
@@ -118,21 +127,41 @@ def load_value(tag: str, conn: int, seq: int, size: int) -> bytes:
     return v + b"v" * (size - len(v))
 
 
-def load(r: redis.Redis, mb: int, value_size: int) -> int:
-    """DEBUG POPULATE in batches up to mb MiB of used memory; returns keys."""
+def rss_mb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) >> 10
+    return 0
+
+
+def load(r: redis.Redis, mb: int, value_size: int, pid: int) -> int:
+    """DEBUG POPULATE up to mb MiB of used memory; returns keys.  A small
+    batch first measures a key; then one call loads the rest, as each call
+    looks up every key below its count, while the server's resident size
+    shows the progress."""
     target = mb << 20
     base = r.info("memory")["used_memory"]
-    keys, batch, t0 = 0, 100_000, time.time()
-    while True:
-        keys += batch
-        # Creates key:0..keys-1, skipping those that exist.
-        r.execute_command("DEBUG", "POPULATE", keys, "key", value_size)
-        used = r.info("memory")["used_memory"]
-        say(f"loading: {used >> 20} of {mb} MiB, {keys} keys, {time.time() - t0:.0f} s")
-        if used >= target:
-            return keys
-        per_key = max(1, (used - base) // keys)
-        batch = max(10_000, min(2_000_000, (target - used) // per_key))
+    keys, t0 = max(1000, target // 64 // (value_size + 64)), time.time()
+    done = threading.Event()
+
+    def progress():
+        while not done.wait(15):
+            say(f"loading: {rss_mb(pid)} of {mb} MiB resident, {time.time() - t0:.0f} s")
+
+    threading.Thread(target=progress, daemon=True).start()
+    try:
+        while True:
+            # Creates key:0..keys-1, skipping those that exist.
+            r.execute_command("DEBUG", "POPULATE", keys, "key", value_size)
+            used = r.info("memory")["used_memory"]
+            if used >= target:
+                break
+            per_key = max(1, (used - base) // keys)
+            keys += max(1000, (target - used) // per_key)
+    finally:
+        done.set()
+    say(f"loaded: {used >> 20} MiB in {keys} keys, {time.time() - t0:.0f} s")
+    return keys
 
 
 class Trace:
@@ -214,8 +243,6 @@ def read_sets(path: Path) -> list:
 def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     if CGROUP:
         write(CGROUP / "memory.async_fork", str(MODES[mode]))
-    say(f"{mode}: memory.async_fork={MODES[mode]}, digest of the dataset")
-    digest = r.execute_command("DEBUG", "DIGEST")
     vm0 = vmstat()
     lat, sets = WORK / f"latency-{mode}.txt", WORK / f"sets-{mode}.txt"
     lg = subprocess.Popen([str(bench / "loadgen"), "--port", str(PORT),
@@ -225,7 +252,7 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
                            "--value-size", str(a.value_size), "--seed", str(a.seed),
                            "--tag", mode[0], "--out", str(lat), "--set-log", str(sets)])
     children.append(lg)
-    say(f"{mode}: load at {a.rate}/s, {a.baseline} s without a snapshot, then BGSAVE")
+    say(f"{mode}: memory.async_fork={MODES[mode]}, load at {a.rate}/s, {a.baseline} s without a snapshot, then BGSAVE")
     time.sleep(a.baseline)
     if lg.poll() is not None:
         fail(f"loadgen exited early ({lg.returncode})")
@@ -248,7 +275,6 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     vm1 = vmstat()
     res = {"fork_usec": stats["latest_fork_usec"], "bgsave_sent_ns": t_sent,
            "bgsave_reply_ns": t_reply, "bgsave_done_ns": t_done,
-           "digest_before": digest.decode() if isinstance(digest, bytes) else digest,
            "vmstat": {k: vm1[k] - vm0.get(k, 0) for k in vm1}, "trace": events}
     syncs = [x["duration_ns"] for x in events.get("syncs", [])]
     say(f"{mode}: fork {res['fork_usec'] / 1000:.1f} ms, snapshot "
@@ -257,14 +283,16 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     return res
 
 
-def verify(mode, res, start_state, keys, a) -> dict:
-    """Check dump-<mode>.rdb against the dataset at the instant of its fork."""
+def verify(mode, res, start_state, keys, a, loaded_digest) -> dict:
+    """Check dump-<mode>.rdb against the dataset at the instant of its fork.
+    start_state: the keys earlier modes wrote, with their last values;
+    loaded_digest: DEBUG DIGEST of the dataset as loaded."""
     say(f"{mode}: loading dump-{mode}.rdb into a second server")
     p = start_server(VERIFY_PORT, f"dump-{mode}.rdb", False, f"verify-{mode}.log")
     v = redis.Redis(port=VERIFY_PORT)
     out = {"rdb_keys": v.dbsize(), "keys": keys}
     sets = read_sets(WORK / f"sets-{mode}.txt")
-    touched = sorted({k for _, _, k, _, _ in sets})
+    touched = sorted({k for _, _, k, _, _ in sets} | set(start_state))
     got = {}
     for i in range(0, len(touched), 1000):
         part = touched[i:i + 1000]
@@ -294,10 +322,10 @@ def verify(mode, res, start_state, keys, a) -> dict:
     order = sum(1 for c, s, _, app, rep in sets
                 if (rep < res["bgsave_sent_ns"] and s >= done[c]) or
                 (app > res["bgsave_reply_ns"] and s < done[c]))
-    # Undo the run's writes: what remains must be the dataset as it was.
+    # Undo every write of the run: what remains must be the dataset as loaded.
     with v.pipeline(transaction=False) as pipe:
         for k in touched:
-            pipe.set(f"key:{k}", start_state.get(k) or preload_value(k, a.value_size))
+            pipe.set(f"key:{k}", preload_value(k, a.value_size))
         pipe.execute()
     digest = v.execute_command("DEBUG", "DIGEST")
     digest = digest.decode() if isinstance(digest, bytes) else digest
@@ -305,7 +333,7 @@ def verify(mode, res, start_state, keys, a) -> dict:
     out.update({"touched_keys": len(touched), "sets": len(sets),
                 "writes_before_fork": sum(1 for c, s, *_ in sets if s < done[c]),
                 "mismatches": mismatches, "order_violations": order,
-                "foreign_values": foreign, "digest_ok": digest == res["digest_before"]})
+                "foreign_values": foreign, "digest_ok": digest == loaded_digest})
     out["exact"] = (out["rdb_keys"] == keys and not mismatches and not order and
                     not foreign and out["digest_ok"])
     say(f"{mode}: RDB {'holds exactly' if out['exact'] else 'DOES NOT hold'} the dataset "
@@ -320,7 +348,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset-mb", type=int, default=2048)
-    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--rate", type=int, default=4000)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--set-ratio", type=float, default=0.8)
@@ -335,6 +363,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cgroup", action="store_true",
                     help="no cgroup, no sysctl: the default fork only (tests on any kernel)")
     ap.add_argument("--keep-rdb", action="store_true")
+    ap.add_argument("--check-later", action="store_true",
+                    help="leave the RDB files and the load's writes in --out for check() "
+                    "(the host checks them natively, many times faster than a guest "
+                    "under emulation)")
     a = ap.parse_args(argv)
     WORK, PORT, VERIFY_PORT = Path(a.work), a.port, a.port + 1
     out = Path(a.out)
@@ -361,31 +393,89 @@ def main(argv=None) -> int:
         CGROUP.mkdir(exist_ok=True)
     p = start_server(PORT, "dump.rdb", True, "redis.log")
     r = redis.Redis(port=PORT)
-    keys = load(r, a.dataset_mb, a.value_size)
+    keys = load(r, a.dataset_mb, a.value_size, p.pid)
     used = r.info("memory")["used_memory"]
     result = {"dataset_bytes": used, "keys": keys, "args": vars(a),
               "redis_version": r.info("server")["redis_version"],
               "kernel": os.uname().release, "modes": {}}
-    state, starts = {}, {}
     trace = Trace(CGROUP is not None)
     for mode in modes:
-        starts[mode] = dict(state)
         result["modes"][mode] = run_mode(r, mode, a, keys, bench, trace, p.pid)
-        # Every write of the run was answered: the dataset now has the last.
-        for c, s, k, _, _ in sorted(read_sets(WORK / f"sets-{mode}.txt")):
-            state[k] = load_value(mode[0], c, s, a.value_size)
     stop_server(p, PORT)
-    for mode in modes:
-        result["modes"][mode]["rdb"] = verify(mode, result["modes"][mode], starts[mode],
-                                              keys, a)
-        if not a.keep_rdb:
-            (WORK / f"dump-{mode}.rdb").unlink()
-    for f in WORK.glob("latency-*.txt"):
-        shutil.copy(f, out / f.name)
-    for f in WORK.glob("*.log"):
-        shutil.copy(f, out / f.name)
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
-    return 0 if all(m["rdb"]["exact"] for m in result["modes"].values()) else 1
+    ok = True
+    if a.check_later:
+        for mode in modes:
+            for f in (f"dump-{mode}.rdb", f"sets-{mode}.txt"):
+                shutil.move(WORK / f, out / f)
+        say(f"RDB files and the load's writes in {out}, to be checked there")
+    else:
+        ok = check(out, WORK, a.keep_rdb)
+    for f in list(WORK.glob("latency-*.txt")) + list(WORK.glob("*.log")):
+        shutil.copy(f, out / f.name)
+    return 0 if ok else 1
+
+
+def loaded_digest(keys: int, value_size: int) -> str:
+    """DEBUG DIGEST of the dataset load() made: DEBUG POPULATE is
+    deterministic, so a fresh server populated alike has it."""
+    p = start_server(VERIFY_PORT, "none.rdb", False, "populate.log")
+    r = redis.Redis(port=VERIFY_PORT)
+    r.execute_command("DEBUG", "POPULATE", keys, "key", value_size)
+    digest = r.execute_command("DEBUG", "DIGEST")
+    stop_server(p, VERIFY_PORT)
+    return digest.decode() if isinstance(digest, bytes) else digest
+
+
+def check(out: Path, work: Path, keep_rdb: bool = False) -> bool:
+    """Check the RDB of every mode of the run in out/result.json (RDB files
+    and the load's writes, sets-*.txt, in work) against the dataset at the
+    instant of its fork; record the outcome in result.json."""
+    global WORK
+    WORK = work
+    result = json.loads((out / "result.json").read_text())
+    a = argparse.Namespace(**result["args"])
+    say(f"DEBUG DIGEST of the loaded dataset ({result['keys']} keys), in a second server")
+    digest = loaded_digest(result["keys"], a.value_size)
+    state = {}
+    for mode, res in result["modes"].items():
+        res["rdb"] = verify(mode, res, dict(state), result["keys"], a, digest)
+        # Every write of the run was answered: the dataset now has the last.
+        for c, s, k, _, _ in sorted(read_sets(work / f"sets-{mode}.txt")):
+            state[k] = load_value(mode[0], c, s, a.value_size)
+        if not keep_rdb:
+            (work / f"dump-{mode}.rdb").unlink()
+    (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    return all(m["rdb"]["exact"] for m in result["modes"].values())
+
+
+def check_on_host(out: Path) -> bool:
+    """check() on the host, in out, on free ports."""
+    global WHO, VERIFY_PORT
+    WHO, VERIFY_PORT = "host", free_port_pair()
+    try:
+        return check(out, out)
+    except Failed as e:
+        print(f"host: error: {e}", file=sys.stderr, flush=True)
+        return False
+    finally:
+        kill_children()
+
+
+def free_port_pair() -> int:
+    """A free port whose next one is free too: a server and its checker."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65535:
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + 1))
+                    return port
+                except OSError:
+                    continue
+    raise RuntimeError("no two free ports in a row")
 
 
 def run(argv=None) -> int:
@@ -395,10 +485,15 @@ def run(argv=None) -> int:
         print(f"guest: error: {e}", file=sys.stderr, flush=True)
         return 1
     finally:
-        for c in children:
-            if c.poll() is None:
-                c.kill()
-                c.wait()
+        kill_children()
+
+
+def kill_children() -> None:
+    for c in children:
+        if c.poll() is None:
+            c.kill()
+            c.wait()
+    children.clear()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ Debian's redis-server and loadgen; a check that cannot fail proves nothing."""
 
 import json
 import shutil
-import socket
 import sys
 from argparse import Namespace
 
@@ -18,21 +17,6 @@ sys.path.insert(0, str(TOP / "bench"))
 import redis_snapshot  # noqa: E402
 
 
-def free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65535:
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + 1))
-                    return port
-                except OSError:
-                    continue
-    raise RuntimeError("no two free ports in a row")
-
-
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory):
     if not shutil.which("redis-server"):
@@ -43,15 +27,16 @@ def snapshot(tmp_path_factory):
     out, work = tmp / "out", tmp / "work"
     out.mkdir()
     rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
-                             "--port", str(free_port_pair()), "--no-cgroup",
+                             "--port", str(redis_snapshot.free_port_pair()), "--no-cgroup",
                              "--modes", "default", "--dataset-mb", "16", "--rate", "400",
                              "--clients", "4", "--baseline", "2", "--keep-rdb"])
     result = json.loads((out / "result.json").read_text())
     return rc, result, work
 
 
-def recheck(result, work, tamper) -> dict:
-    """verify() again on a copy of the RDB that `tamper(server)` changed."""
+def recheck(result, work, tamper, start_state=None) -> dict:
+    """verify() again on a copy of the RDB that `tamper(server)` changed,
+    as if an earlier mode had left start_state ({key: value})."""
     a = Namespace(**result["args"])
     res = result["modes"]["default"]
     rdb = work / "dump-default.rdb"
@@ -64,7 +49,9 @@ def recheck(result, work, tamper) -> dict:
         tamper(r)
         r.save()
         redis_snapshot.stop_server(p, redis_snapshot.VERIFY_PORT)
-        return redis_snapshot.verify("default", res, {}, result["keys"], a)
+        digest = redis_snapshot.loaded_digest(result["keys"], a.value_size)
+        return redis_snapshot.verify("default", res, start_state or {}, result["keys"], a,
+                                     digest)
     finally:
         shutil.move(good, rdb)
 
@@ -99,3 +86,32 @@ def test_changed_untouched_key_is_caught(snapshot):
         r.set(f"key:{k}", b"x" * result["args"]["value_size"])
     rdb = recheck(result, work, tamper)
     assert not rdb["exact"] and not rdb["digest_ok"], rdb
+
+
+def test_earlier_mode_write_is_checked(snapshot):
+    # A key an earlier mode wrote must hold that write; here the RDB holds
+    # the loaded value instead, and the digest (taken after every written
+    # key is set back to its loaded value) cannot see it.
+    _, result, work = snapshot
+    touched = {s[2] for s in redis_snapshot.read_sets(work / "sets-default.txt")}
+    k = next(k for k in range(result["keys"]) if k not in touched)
+    earlier = {k: redis_snapshot.load_value("a", 0, 0, result["args"]["value_size"])}
+    rdb = recheck(result, work, lambda r: None, earlier)
+    assert not rdb["exact"] and rdb["mismatches"] == 1 and rdb["digest_ok"], rdb
+
+
+def test_check_later_on_the_host(tmp_path):
+    # What the demo does: the run leaves its RDB and writes in --out, the
+    # host checks them afterwards.
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
+                             "--port", str(redis_snapshot.free_port_pair()), "--no-cgroup",
+                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
+                             "--clients", "4", "--baseline", "2", "--check-later"])
+    assert rc == 0 and (out / "dump-default.rdb").exists()
+    assert "rdb" not in json.loads((out / "result.json").read_text())["modes"]["default"]
+    assert redis_snapshot.check_on_host(out)
+    rdb = json.loads((out / "result.json").read_text())["modes"]["default"]["rdb"]
+    assert rdb["exact"] and 0 < rdb["writes_before_fork"] < rdb["sets"], rdb
+    assert not (out / "dump-default.rdb").exists()
