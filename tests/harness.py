@@ -59,6 +59,21 @@ def parse_ktap(text: str) -> list[Case]:
     return cases
 
 
+def case_log(text: str, case: str, limit: int = 40) -> str:
+    """The lines a failed case printed: from kselftest_harness's "#  RUN"
+    line of the case to its result line, else the result line alone."""
+    lines = text.splitlines()
+    base = re.sub(r" \[\d+\]$", "", case)
+    end = next((i for i in range(len(lines) - 1, -1, -1)
+                if (m := KTAP_RE.match(lines[i])) and m.group("status") == "not ok"
+                and m.group("desc") == base), None)
+    if end is None:
+        return ""
+    start = next((i for i in range(end, -1, -1)
+                  if lines[i].startswith("#") and lines[i].split()[1:3] == ["RUN", base]), end)
+    return "\n".join(lines[max(start, end + 1 - limit):end + 1])
+
+
 KHUGEPAGED_RUN_RE = re.compile(r"^Run test: (.*)$")
 KHUGEPAGED_STATUS_RE = re.compile(r"\x1b\[3[123]m(OK|Fail|Skip)\x1b\[0m\s*$")
 
@@ -185,6 +200,9 @@ class SuiteRun:
             out.append(f"{name} exited {r.rc}")
         for c in r.failed_cases():
             out.append(f"case failed: {c.name}")
+            log = case_log(r.output, c.name)
+            if log:
+                out.append(f"its output:\n{log}")
         if not r.cases:
             out.append(f"{name} reported no KTAP results")
         for rep in r.reports:

@@ -84,6 +84,17 @@ def test_ktap_parser():
         ("first", "pass"), ("second", "fail"), ("no hugetlb", "skip"), ("first [2]", "pass")]
 
 
+def test_failed_case_output():
+    # A failed case's report carries what the case printed, not just the
+    # program's last lines (which belong to the cases after it).
+    text = ("#  RUN           f.a.one ...\n# f.c:10:one:Expected 0 == 1\n"
+            "#          FAIL  f.a.one\nnot ok 1 f.a.one\n#  RUN           f.a.two ...\n"
+            "ok 2 f.a.two\nnot ok 3 digest differs\n")
+    assert harness.case_log(text, "f.a.one").splitlines() == text.splitlines()[:4]
+    assert harness.case_log(text, "digest differs") == "not ok 3 digest differs"
+    assert harness.case_log(text, "f.a.two") == ""
+
+
 def test_non_ktap_parsers():
     uffd = harness.parse_output("uffd-unit-tests",
                                 "Testing move on anon... done\n"
