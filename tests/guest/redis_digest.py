@@ -27,6 +27,10 @@ from pathlib import Path
 import redis
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+# A reply that takes longer means the server hangs: fail with its state
+# rather than wait for the suite's timeout.
+REPLY_TIMEOUT_S = 120
+SNAPSHOT_TIMEOUT_S = 240
 
 
 def vmstat(name: str) -> int:
@@ -51,7 +55,7 @@ class Server:
                "--enable-debug-command", "local", "--logfile", str(self.log),
                *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-        self.conn = redis.Redis(port=port)
+        self.conn = redis.Redis(port=port, socket_timeout=REPLY_TIMEOUT_S)
         deadline = time.time() + 300
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -112,13 +116,30 @@ def writes(p, rng: random.Random, keys: int, n: int) -> None:
 
 
 def readers(port: int, keys: int, stop: threading.Event) -> None:
-    r = redis.Redis(port=port)
+    r = redis.Redis(port=port, socket_timeout=REPLY_TIMEOUT_S)
     rng = random.Random(port)
     while not stop.is_set():
         p = r.pipeline(transaction=False)
         for _ in range(100):
             p.get(f"key:{rng.randrange(keys)}")
         p.execute()
+
+
+def redis_tasks() -> str:
+    """State, wait channel and kernel stack of every redis-server thread
+    (the server's and the snapshot child's)."""
+    out = []
+    for proc in sorted(Path("/proc").glob("[0-9]*")):
+        try:
+            if not (proc / "comm").read_text().startswith("redis-"):
+                continue
+            for task in sorted(proc.glob("task/[0-9]*")):
+                state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                out.append(f"== {task} {(task / 'comm').read_text().strip()} {state} "
+                           f"{(task / 'wchan').read_text()}\n{(task / 'stack').read_text()}")
+        except OSError:
+            continue
+    return "\n".join(out) or "no redis-server thread"
 
 
 def in_progress(conn, what: str) -> bool:
@@ -159,7 +180,7 @@ def run_config(name: str, a, port: int, server_args: list[str], what: str,
         s.conn.execute_command("DEBUG", "POPULATE", a.keys, "key", 100)
         for t in threads:
             t.start()
-        conn = redis.Redis(port=port)
+        conn = redis.Redis(port=port, socket_timeout=REPLY_TIMEOUT_S)
         for i in range(a.snapshots):
             p = conn.pipeline(transaction=False)
             writes(p, rng, a.keys, a.batch)
@@ -171,7 +192,11 @@ def run_config(name: str, a, port: int, server_args: list[str], what: str,
             if isinstance(digest, Exception) or isinstance(replies[a.batch + 1], Exception):
                 return False, f"snapshot {i}: {digest!r} {replies[a.batch + 1]!r}"
             # The load goes on while the child writes the file.
+            deadline = time.monotonic() + SNAPSHOT_TIMEOUT_S
             while in_progress(conn, what):
+                if time.monotonic() > deadline:
+                    return False, (f"snapshot {i}: {what} still running after "
+                                   f"{SNAPSHOT_TIMEOUT_S} s\n{redis_tasks()}")
                 p = conn.pipeline(transaction=False)
                 writes(p, rng, a.keys, a.batch)
                 p.execute()
