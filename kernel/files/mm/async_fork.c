@@ -395,7 +395,11 @@ void async_fork_vma_write(struct vm_area_struct *vma)
 		af_ctx_put(link->ctx);
 }
 
-/* Finish and detach every link of @mm; mmap_lock held for writing. */
+/*
+ * Finish and detach every link of @mm; mmap_lock held for writing.  Each
+ * VMA is write-locked first, as for any change: a fault under the per-VMA
+ * lock may be looking at its link.
+ */
 static void af_finish_mm(struct mm_struct *mm)
 {
 	struct vm_area_struct *vma;
@@ -406,7 +410,7 @@ static void af_finish_mm(struct mm_struct *mm)
 		if (xa_is_zero(vma))
 			break;
 		if (vma->async_fork)
-			async_fork_vma_write(vma);
+			vma_start_write(vma);
 	}
 }
 
@@ -595,14 +599,17 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 			       pmds);
 }
 
-/* Detach the child's VMAs and let go of the context. */
+/*
+ * Detach the child's VMAs (write-locking each, as af_finish_mm() does) and
+ * let go of the context; mmap_lock held for writing.
+ */
 static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 {
 	unsigned int i;
 
 	for (i = 0; i < ctx->nr_links; i++)
 		if (ctx->links[i].dst->async_fork == &ctx->links[i])
-			ctx->links[i].dst->async_fork = NULL;
+			vma_start_write(ctx->links[i].dst);
 	mm->async_fork_ctx = NULL;
 	af_ctx_put(ctx);
 }
