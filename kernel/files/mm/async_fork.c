@@ -88,7 +88,7 @@ struct async_fork_link {
 	struct vm_area_struct *src;	/* the parent's VMA */
 	struct vm_area_struct *dst;	/* its copy in the child */
 	unsigned long start, end;	/* the PMDs that may be marked */
-	unsigned long nr_marked;	/* marks left, under lock */
+	unsigned long nr_marked;	/* marks left: under lock, 0 released */
 	unsigned long first_chunk;	/* index of its first chunk */
 };
 
@@ -263,8 +263,14 @@ static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
 	 */
 	pmdp_async_fork_unmark(src_pmd);
 	/* The last mark of the fork: see write_protect_seq above. */
-	if (!--link->nr_marked && atomic_dec_and_test(&link->ctx->nr_pending))
+	if (link->nr_marked == 1 && atomic_dec_and_test(&link->ctx->nr_pending))
 		raw_write_seqcount_end(&src->vm_mm->write_protect_seq);
+	/*
+	 * Pairs with the acquire in async_fork_vma_write(): whoever sees the
+	 * link without marks there, outside link->lock, sees the seqcount
+	 * released, and fork() finds it even once it has finished the links.
+	 */
+	smp_store_release(&link->nr_marked, link->nr_marked - 1);
 	return err ? err : copy;
 }
 
@@ -387,8 +393,8 @@ void async_fork_vma_write(struct vm_area_struct *vma)
 	bool parent = link->src == vma;
 
 	mmap_assert_write_locked(vma->vm_mm);
-	/* Racy: af_sync() checks again under link->lock. */
-	if (data_race(link->nr_marked))
+	/* af_sync() checks again under link->lock; 0 is final: af_copy_pmd(). */
+	if (smp_load_acquire(&link->nr_marked))
 		af_sync(link, vma, link->start, link->end, true);
 	vma->async_fork = NULL;
 	if (parent)
