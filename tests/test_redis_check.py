@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 import redis
@@ -17,19 +18,25 @@ sys.path.insert(0, str(TOP / "bench"))
 import redis_snapshot  # noqa: E402
 
 
+def small_run(tmp, last_arg: str) -> tuple[int, Path, Path]:
+    """A 16 MiB run with the default fork only; @last_arg: --keep-rdb or
+    --check-later.  Returns its exit code, out and work folders."""
+    out, work = tmp / "out", tmp / "work"
+    out.mkdir()
+    rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
+                             "--port", str(redis_snapshot.free_port_pair()), "--no-cgroup",
+                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
+                             "--clients", "4", "--baseline", "2", last_arg])
+    return rc, out, work
+
+
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory):
     if not shutil.which("redis-server"):
         pytest.fail("no redis-server: run scripts/setup.sh")
     if not (BUILD / "bench/loadgen").exists():
         pytest.fail("no build/bench/loadgen: run make bench-programs")
-    tmp = tmp_path_factory.mktemp("redis")
-    out, work = tmp / "out", tmp / "work"
-    out.mkdir()
-    rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
-                             "--port", str(redis_snapshot.free_port_pair()), "--no-cgroup",
-                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
-                             "--clients", "4", "--baseline", "2", "--keep-rdb"])
+    rc, out, work = small_run(tmp_path_factory.mktemp("redis"), "--keep-rdb")
     result = json.loads((out / "result.json").read_text())
     return rc, result, work
 
@@ -103,12 +110,7 @@ def test_earlier_mode_write_is_checked(snapshot):
 def test_check_later_on_the_host(tmp_path):
     # What the demo does: the run leaves its RDB and writes in --out, the
     # host checks them afterwards.
-    out, work = tmp_path / "out", tmp_path / "work"
-    out.mkdir()
-    rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
-                             "--port", str(redis_snapshot.free_port_pair()), "--no-cgroup",
-                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
-                             "--clients", "4", "--baseline", "2", "--check-later"])
+    rc, out, _ = small_run(tmp_path, "--check-later")
     assert rc == 0 and (out / "dump-default.rdb").exists()
     assert "rdb" not in json.loads((out / "result.json").read_text())["modes"]["default"]
     assert redis_snapshot.check_on_host(out)
