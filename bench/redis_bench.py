@@ -93,7 +93,7 @@ def main(argv=None) -> int:
               f"smaller --sizes or a larger --memory", file=sys.stderr)
         return 2
 
-    out = Path(a.out)
+    out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     cfgs = configurations(a)
     cmds, budget = [], 300
@@ -197,7 +197,8 @@ def print_tables(rows: list, rate: int) -> None:
                 child = f"{i['child_copy_ms']:.1f}" if i["child_copy_ms"] is not None else "?"
                 line += f" {i['syncs']:>6} {i['sync_max_ms']:>8.3f} {child:>9}"
             line += " |"
-        line += " " + ("exact" if all(m["rdb_exact"] for m in t.values()) else "WRONG")
+        line += " " + ("exact" if all(m["rdb_exact"] for m in t.values()) else
+                       "unchecked" if None in [m["rdb_exact"] for m in t.values()] else "WRONG")
         print(line)
 
 

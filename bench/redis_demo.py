@@ -118,7 +118,7 @@ def analyse(out: Path, result: dict) -> dict:
             "first_second": window_stats(rows, fork, fork + int(1e9)),
             "baseline": window_stats(rows, base_end - base_len, base_end),
             "baseline_truncated": base_len < length,
-            "rdb_exact": m.get("rdb", {}).get("exact", False),
+            "rdb_exact": m.get("rdb", {}).get("exact"),  # None: not checked
             "vmstat": m["vmstat"],
             "interruptions": interruptions(m.get("trace", {})),
         }
@@ -135,6 +135,10 @@ def interruptions(trace: dict) -> dict:
             "sync_max_ms": d[-1] if d else 0.0,
             "child_copy_ms": child[0] if child else None,
             "durations_ms": d, "traced": bool(trace), "lost": trace.get("lost", False)}
+
+
+def rdb_word(exact) -> str:
+    return {True: "exact", False: "WRONG", None: "unchecked"}[exact]
 
 
 def print_table(table: dict, result: dict, memory: str) -> None:
@@ -154,7 +158,7 @@ def print_table(table: dict, result: dict, memory: str) -> None:
                         ("before", t["baseline"])):
             first = name == "snapshot"
             fork = f"{t['fork_ms']:.2f}" if first else ""
-            rdb = ("exact" if t["rdb_exact"] else "WRONG") if first else \
+            rdb = rdb_word(t["rdb_exact"]) if first else \
                 ("(shorter: not enough load before BGSAVE)"
                  if name == "before" and t["baseline_truncated"] else "")
             print(f"{mode if first else '':>8} {fork:>9} {name:>9} {w['seconds']:>8.1f} "
@@ -283,7 +287,7 @@ def main(argv=None) -> int:
               f"--dataset-mb or a larger --memory", file=sys.stderr)
         return 2
     baseline = a.baseline if a.baseline is not None else baseline_seconds(a.dataset_mb)
-    out = Path(a.out)
+    out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     for pattern in ("latency-*.txt", "dump-*.rdb", "sets-*.txt"):
         for f in out.glob(pattern):

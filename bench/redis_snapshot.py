@@ -453,6 +453,7 @@ def check_on_host(out: Path) -> bool:
     """check() on the host, in out, on free ports."""
     global WHO, VERIFY_PORT
     WHO, VERIFY_PORT = "host", free_port_pair()
+    out = Path(out).resolve()  # the servers run in folders of their own
     try:
         return check(out, out)
     except Failed as e:
