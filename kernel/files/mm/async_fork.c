@@ -621,15 +621,16 @@ static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 }
 
 /*
- * Copy the marked tables of the chunk at @start of @link, one table per
- * hold of link->lock.  Returns the number of tables copied, or -EIO.
+ * Copy the marked tables of the chunk at @start of @link (PMD-aligned, as
+ * links are), one table per hold of link->lock.  Returns the number of
+ * tables copied, or -EIO.
  */
 static long af_copy_chunk(struct async_fork_link *link, unsigned long start)
 {
 	unsigned long addr, end = min(start + AF_CHUNK, link->end);
 	long copied = 0, ret;
 
-	for (addr = start & PMD_MASK; addr < end; addr += PMD_SIZE) {
+	for (addr = start; addr < end; addr += PMD_SIZE) {
 		mutex_lock(&link->lock);
 		ret = 0;
 		if (link->nr_marked)
