@@ -197,8 +197,9 @@ def print_tables(rows: list, rate: int) -> None:
                 child = f"{i['child_copy_ms']:.1f}" if i["child_copy_ms"] is not None else "?"
                 line += f" {i['syncs']:>6} {i['sync_max_ms']:>8.3f} {child:>9}"
             line += " |"
-        line += " " + ("exact" if all(m["rdb_exact"] for m in t.values()) else
-                       "unchecked" if None in [m["rdb_exact"] for m in t.values()] else "WRONG")
+        exact = [m["rdb_exact"] for m in t.values()]
+        line += " " + redis_demo.rdb_word(False if False in exact else
+                                          None if None in exact else True)
         print(line)
 
 
