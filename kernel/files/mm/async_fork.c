@@ -31,20 +31,27 @@
  *
  * A mark is set only by fork(), under the parent's mmap_lock held for
  * writing and with the VMA write-locked.  The VMA and its copy in the child
- * are joined by a link.  link->lock serializes everything that removes a
- * mark of the link: whoever holds it and still sees a mark copies the table
- * (or, once the fork has failed, only removes the mark); nobody else changes
- * a marked entry, except the CPU setting its Accessed bit.  So parent and
- * child never copy a table twice.  The child and its helpers take it for
- * one table at a time, so that a parent about to change a table waits for
- * one table's copy at most, then copies its own.  While link->lock is held
- * and link->nr_marked is not 0, both VMAs of the link and their page
- * tables stay: the parent finishes a link before it changes the VMA or
- * exits, and the child rolls its links back before its mm goes away.
+ * are joined by a link.  Each table has a lock: one of the fork's
+ * AF_NR_LOCKS mutexes, chosen by the table's address (af_lock()).  It
+ * serializes everything that removes the table's mark: whoever holds it and
+ * still sees the mark copies the table (or, once the fork has failed, only
+ * removes the mark); nobody else changes a marked entry, except the CPU
+ * setting its Accessed bit.  So parent and child never copy a table twice,
+ * copiers of neighbouring tables do not wait for each other, and a parent
+ * about to change a table waits at most for one table's copy by a copier
+ * that happens to hold the same lock.
  *
- * Lock order: mmap_lock or VMA lock (of either mm) -> link->lock -> the PTE
- * locks of the child, then of the parent (copy_pte_range()).  A task holds
- * at most one link->lock, and takes no mmap_lock under it.
+ * A copier looks at a link's VMAs only while it is counted in
+ * link->copiers, and only after it has seen marks left on the link
+ * (af_enter()).  Both VMAs of the link and their page tables stay until
+ * such a copier leaves: whoever ends a link (the parent before it changes
+ * the VMA or exits, the child before its mm goes away:
+ * async_fork_vma_write()) removes its last marks, then waits for the
+ * link's copiers, each of which is copying one table at most.
+ *
+ * Lock order: mmap_lock or VMA lock (of either mm) -> a table lock -> the
+ * PTE locks of the child, then of the parent (copy_pte_range()).  A task
+ * holds at most one table lock, and takes no mmap_lock under it.
  *
  * From the end of fork() until its last table is copied, the parent's
  * write_protect_seq stays held for writing, as it is while fork() copies
@@ -69,6 +76,7 @@
 #include <linux/task_work.h>
 #include <linux/userfaultfd_k.h>
 #include <linux/vmstat.h>
+#include <linux/wait_bit.h>
 #include <linux/workqueue.h>
 
 #define CREATE_TRACE_POINTS
@@ -81,14 +89,17 @@
 #define AF_CHUNK	(AF_BATCH * PMD_SIZE)
 /* Upper limit of vm.async_fork_copy_threads. */
 #define AF_MAX_THREADS	32
+/* Table locks of one fork: sixteen chunks' worth, see af_lock(). */
+#define AF_NR_LOCKS	(16 * AF_BATCH)
 
 struct async_fork_link {
-	struct mutex lock;		/* serializes copiers: see the lock rule */
 	struct async_fork_ctx *ctx;
 	struct vm_area_struct *src;	/* the parent's VMA */
 	struct vm_area_struct *dst;	/* its copy in the child */
 	unsigned long start, end;	/* the PMDs that may be marked */
-	unsigned long nr_marked;	/* marks left: under lock, 0 released */
+	/* Marks not yet removed; the last to remove one stores 0 (final). */
+	atomic_long_t nr_marked;
+	atomic_t copiers;		/* see the lock rule */
 	unsigned long first_chunk;	/* index of its first chunk */
 };
 
@@ -115,6 +126,7 @@ struct async_fork_ctx {
 	atomic_long_t helper_pmds;	/* tables copied by helpers */
 	atomic_t nr_helpers;		/* helpers still running */
 	struct completion helpers_done;
+	struct mutex locks[AF_NR_LOCKS];	/* see the lock rule */
 	unsigned int nr_links;
 	unsigned int max_links;
 	struct async_fork_link links[] __counted_by(max_links);
@@ -231,9 +243,20 @@ static void af_fail(struct async_fork_ctx *ctx)
 }
 
 /*
+ * The lock of the table at @addr.  Tables fewer than AF_NR_LOCKS apart
+ * take different locks, and chunks are handed out in address order, so the
+ * child's copiers, each on its own chunk, seldom meet.
+ */
+static struct mutex *af_lock(struct async_fork_link *link, unsigned long addr)
+{
+	return &link->ctx->locks[(addr >> PMD_SHIFT) % AF_NR_LOCKS];
+}
+
+/*
  * Copy the table under the marked PMD at @addr to the child and remove the
  * mark; only remove it if !@copy.  Returns 1 if a table was copied, 0 if
- * there was no mark, or an error.  Called with link->lock held.
+ * there was no mark, or an error.  Called with the table's lock held, by a
+ * copier of @link.
  */
 static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
 		       bool copy)
@@ -242,7 +265,7 @@ static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
 	pmd_t *src_pmd, *dst_pmd;
 	int err = 0;
 
-	lockdep_assert_held(&link->lock);
+	lockdep_assert_held(af_lock(link, addr));
 	src_pmd = mm_find_pmd(src->vm_mm, addr);
 	if (!src_pmd || !pmd_async_fork_marked(pmdp_get_lockless(src_pmd)))
 		return 0;
@@ -262,47 +285,93 @@ static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
 	 * spurious fault at most.
 	 */
 	pmdp_async_fork_unmark(src_pmd);
-	/* The last mark of the fork: see write_protect_seq above. */
-	if (link->nr_marked == 1 && atomic_dec_and_test(&link->ctx->nr_pending))
-		raw_write_seqcount_end(&src->vm_mm->write_protect_seq);
 	/*
-	 * Pairs with the acquire in async_fork_vma_write(): whoever sees the
-	 * link without marks there, outside link->lock, sees the seqcount
-	 * released, and fork() finds it even once it has finished the links.
+	 * Copiers of other tables of the link remove their marks under other
+	 * locks: the one that finds the count at 1 removed the last mark.  If
+	 * it was the last of the fork, it releases write_protect_seq (see
+	 * above) before the link shows no marks, with a release that pairs
+	 * with the acquire in async_fork_vma_write(): a fork() that finished
+	 * the links finds the seqcount released.
 	 */
-	smp_store_release(&link->nr_marked, link->nr_marked - 1);
+	if (atomic_long_add_unless(&link->nr_marked, -1, 1))
+		return err ? err : copy;
+	if (atomic_dec_and_test(&link->ctx->nr_pending))
+		raw_write_seqcount_end(&src->vm_mm->write_protect_seq);
+	atomic_long_set_release(&link->nr_marked, 0);
 	return err ? err : copy;
 }
 
+static void af_leave(struct async_fork_link *link)
+{
+	if (atomic_dec_and_test(&link->copiers))
+		wake_up_var(&link->copiers);
+}
+
 /*
- * Copy the marked tables of [start, end) of @link (remove their marks if
- * the fork failed).  Returns the number of tables copied, or -EIO if the
- * child is being killed.  Called with link->lock held.
+ * Become a copier of @link, if it has marks left: only then may its VMAs
+ * be looked at (see the lock rule).  af_leave() when done.
  */
-static long af_copy_range(struct async_fork_link *link, unsigned long start,
-			  unsigned long end)
+static bool af_enter(struct async_fork_link *link)
+{
+	atomic_inc(&link->copiers);
+	/* Pairs with the barrier in af_wait_copiers(). */
+	smp_mb__after_atomic();
+	if (atomic_long_read(&link->nr_marked))
+		return true;
+	af_leave(link);
+	return false;
+}
+
+/* The last mark of @link is gone: wait until no copier looks at it. */
+static void af_wait_copiers(struct async_fork_link *link)
+{
+	/* Pairs with the barrier in af_enter(). */
+	smp_mb();
+	wait_var_event(&link->copiers, !atomic_read(&link->copiers));
+}
+
+/* af_copy_range() without its cleanup after a failure. */
+static long af_copy_tables(struct async_fork_link *link, unsigned long start,
+			   unsigned long end)
 {
 	unsigned long addr;
 	long copied = 0;
 	int ret;
 
-	start = max(start & PMD_MASK, link->start);
-	end = min(end, link->end);
-	for (addr = start; addr < end && link->nr_marked; addr += PMD_SIZE) {
+	/* One table per entry, so that whoever ends the link waits for one. */
+	for (addr = start; addr < end && af_enter(link); addr += PMD_SIZE) {
+		struct mutex *lock = af_lock(link, addr);
+
+		mutex_lock(lock);
 		ret = af_copy_pmd(link, addr, !af_failed(link->ctx));
+		mutex_unlock(lock);
+		af_leave(link);
 		if (ret < 0)
 			af_fail(link->ctx);
 		else
 			copied += ret;
 	}
-	if (af_failed(link->ctx)) {
-		/* Nothing of this fork may stay marked for long. */
-		for (addr = link->start; addr < link->end && link->nr_marked;
-		     addr += PMD_SIZE)
-			af_copy_pmd(link, addr, false);
-		return -EIO;
-	}
 	return copied;
+}
+
+/*
+ * Copy the marked tables of [start, end) of @link, each under its lock
+ * (remove their marks if the fork failed).  Returns the number of tables
+ * copied, or -EIO if the child is being killed.
+ */
+static long af_copy_range(struct async_fork_link *link, unsigned long start,
+			  unsigned long end)
+{
+	long copied;
+
+	start = max(start & PMD_MASK, link->start);
+	end = min(end, link->end);
+	copied = af_copy_tables(link, start, end);
+	if (!af_failed(link->ctx))
+		return copied;
+	/* Nothing of this fork may stay marked for long. */
+	af_copy_tables(link, link->start, link->end);
+	return -EIO;
 }
 
 /*
@@ -316,11 +385,9 @@ static int af_sync(struct async_fork_link *link, struct vm_area_struct *vma,
 	u64 t0 = ktime_get_ns();
 	long copied;
 
-	mutex_lock(&link->lock);
-	copied = link->nr_marked ? af_copy_range(link, start, end) : 0;
+	copied = af_copy_range(link, start, end);
 	if (!copied && af_failed(link->ctx))
 		copied = -EIO;
-	mutex_unlock(&link->lock);
 	if (copied <= 0)
 		return copied;
 	/* On the child's side, the child copied on demand. */
@@ -338,7 +405,7 @@ bool __async_fork_vma_pending(struct vm_area_struct *vma)
 	struct async_fork_link *link = READ_ONCE(vma->async_fork);
 
 	/* Racy by design: nr_marked only goes down. */
-	return link && data_race(link->nr_marked);
+	return link && atomic_long_read(&link->nr_marked);
 }
 
 bool __async_fork_is_child(struct vm_area_struct *vma)
@@ -346,7 +413,7 @@ bool __async_fork_is_child(struct vm_area_struct *vma)
 	struct async_fork_link *link = READ_ONCE(vma->async_fork);
 
 	/* Racy by design, as above. */
-	return link && link->dst == vma && data_race(link->nr_marked);
+	return link && link->dst == vma && atomic_long_read(&link->nr_marked);
 }
 
 vm_fault_t __async_fork_fault(struct vm_area_struct *vma, pmd_t *pmd,
@@ -364,8 +431,8 @@ vm_fault_t __async_fork_fault(struct vm_area_struct *vma, pmd_t *pmd,
 	 * The child touches its memory before its copy is done (a signal
 	 * frame, CLONE_CHILD_SETTID, ptrace): copy this table first.
 	 */
-	/* Racy: af_sync() checks again under link->lock. */
-	if (!data_race(link->nr_marked))
+	/* Racy: af_enter() and af_copy_pmd() check again. */
+	if (!atomic_long_read(&link->nr_marked))
 		return 0;
 	return af_sync(link, vma, start, start + PMD_SIZE, false) ?
 		VM_FAULT_SIGBUS : 0;
@@ -376,8 +443,8 @@ void __async_fork_sync_range(struct vm_area_struct *vma, unsigned long start,
 {
 	struct async_fork_link *link = vma->async_fork;
 
-	/* Racy: af_sync() checks again under link->lock. */
-	if (data_race(link->nr_marked))
+	/* Racy: af_enter() and af_copy_pmd() check again. */
+	if (atomic_long_read(&link->nr_marked))
 		af_sync(link, vma, start, end, false);
 }
 
@@ -385,7 +452,8 @@ void __async_fork_sync_range(struct vm_area_struct *vma, unsigned long start,
  * vma_start_write() on a VMA of either side of a link: the VMA is about to
  * change, so finish its copy and detach it.  The caller holds the mmap_lock
  * for writing and has write-locked the VMA, so no fault handler or walker
- * can be looking at vma->async_fork.
+ * of this mm can be looking at vma->async_fork; copiers on the other side
+ * are waited for.
  */
 void async_fork_vma_write(struct vm_area_struct *vma)
 {
@@ -393,9 +461,12 @@ void async_fork_vma_write(struct vm_area_struct *vma)
 	bool parent = link->src == vma;
 
 	mmap_assert_write_locked(vma->vm_mm);
-	/* af_sync() checks again under link->lock; 0 is final: af_copy_pmd(). */
-	if (smp_load_acquire(&link->nr_marked))
+	/* 0 is final and released: af_copy_pmd(). */
+	if (atomic_long_read_acquire(&link->nr_marked))
 		af_sync(link, vma, link->start, link->end, true);
+	/* Every table of the link was looked at: none can be left marked. */
+	VM_WARN_ON_ONCE(atomic_long_read(&link->nr_marked));
+	af_wait_copiers(link);
 	vma->async_fork = NULL;
 	if (parent)
 		af_ctx_put(link->ctx);
@@ -447,6 +518,7 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 					struct mm_struct *mm)
 {
 	struct async_fork_ctx *ctx;
+	int i;
 
 	if (!static_branch_unlikely(&async_fork_key))
 		return NULL;
@@ -490,6 +562,8 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 		return NULL;
 	}
 	refcount_set(&ctx->ref, 1);	/* the child's mm */
+	for (i = 0; i < AF_NR_LOCKS; i++)
+		mutex_init(&ctx->locks[i]);
 	ctx->max_links = oldmm->map_count;
 	ctx->start_ns = ktime_get_ns();
 	mm->async_fork_ctx = ctx;
@@ -502,7 +576,7 @@ bool __async_fork_defer_pmd(struct vm_area_struct *dst_vma, pmd_t *src_pmd)
 	struct async_fork_link *link = dst_vma->async_fork;
 
 	pmdp_async_fork_mark(src_pmd);
-	link->nr_marked++;
+	atomic_long_inc(&link->nr_marked);
 	return true;
 }
 
@@ -521,18 +595,18 @@ int async_fork_copy_page_range(struct async_fork_ctx *ctx,
 		return copy_page_range(dst_vma, src_vma);
 
 	link = &ctx->links[ctx->nr_links];
-	mutex_init(&link->lock);
 	link->ctx = ctx;
 	link->src = src_vma;
 	link->dst = dst_vma;
 	link->start = ALIGN(src_vma->vm_start, PMD_SIZE);
 	link->end = ALIGN_DOWN(src_vma->vm_end, PMD_SIZE);
-	link->nr_marked = 0;
+	atomic_long_set(&link->nr_marked, 0);
+	atomic_set(&link->copiers, 0);
 
 	/* Seen by copy_pmd_range() through async_fork_defer_pmd(). */
 	dst_vma->async_fork = link;
 	err = copy_page_range(dst_vma, src_vma);
-	if (!link->nr_marked) {
+	if (!atomic_long_read(&link->nr_marked)) {
 		dst_vma->async_fork = NULL;
 		return err;
 	}
@@ -542,20 +616,15 @@ int async_fork_copy_page_range(struct async_fork_ctx *ctx,
 	return err;
 }
 
-/* Remove every mark of @ctx without copying.  No link->lock held. */
+/* Remove every mark of @ctx without copying.  No table lock held. */
 static void af_rollback(struct async_fork_ctx *ctx)
 {
 	unsigned int i;
 
 	set_bit(AF_FAILED, &ctx->flags);
-	for (i = 0; i < ctx->nr_links; i++) {
-		struct async_fork_link *link = &ctx->links[i];
-
-		mutex_lock(&link->lock);
-		if (link->nr_marked)
-			af_copy_range(link, link->start, link->end);
-		mutex_unlock(&link->lock);
-	}
+	for (i = 0; i < ctx->nr_links; i++)
+		af_copy_range(&ctx->links[i], ctx->links[i].start,
+			      ctx->links[i].end);
 }
 
 /*
@@ -577,6 +646,10 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 		atomic_set(&ctx->nr_pending, ctx->nr_links);
 		raw_write_seqcount_begin(&oldmm->write_protect_seq);
 	}
+	/*
+	 * On error, no other copier can be at work: the child has not run,
+	 * and every VMA of the parent is write-locked.
+	 */
 	if (err || !ctx->nr_links) {
 		if (err)
 			af_rollback(ctx);
@@ -594,7 +667,7 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 	for (i = 0; i < ctx->nr_links; i++) {
 		struct async_fork_link *link = &ctx->links[i];
 
-		pmds += link->nr_marked;
+		pmds += atomic_long_read(&link->nr_marked);
 		link->first_chunk = ctx->nr_chunks;
 		ctx->nr_chunks += DIV_ROUND_UP(link->end - link->start,
 					       AF_CHUNK);
@@ -618,29 +691,6 @@ static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 			vma_start_write(ctx->links[i].dst);
 	mm->async_fork_ctx = NULL;
 	af_ctx_put(ctx);
-}
-
-/*
- * Copy the marked tables of the chunk at @start of @link (PMD-aligned, as
- * links are), one table per hold of link->lock.  Returns the number of
- * tables copied, or -EIO.
- */
-static long af_copy_chunk(struct async_fork_link *link, unsigned long start)
-{
-	unsigned long addr, end = min(start + AF_CHUNK, link->end);
-	long copied = 0, ret;
-
-	for (addr = start; addr < end; addr += PMD_SIZE) {
-		mutex_lock(&link->lock);
-		ret = 0;
-		if (link->nr_marked)
-			ret = af_copy_range(link, addr, addr + PMD_SIZE);
-		mutex_unlock(&link->lock);
-		if (ret < 0)
-			return ret;
-		copied += ret;
-	}
-	return copied;
 }
 
 /*
@@ -670,7 +720,7 @@ static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
 			af_fail(ctx);
 		if (af_failed(ctx))
 			break;
-		ret = af_copy_chunk(link, addr);
+		ret = af_copy_range(link, addr, addr + AF_CHUNK);
 		if (ret < 0)
 			break;
 		pmds += ret;
