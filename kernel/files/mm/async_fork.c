@@ -679,16 +679,14 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 }
 
 /*
- * Detach the child's VMAs (write-locking each, as af_finish_mm() does) and
- * let go of the context; mmap_lock held for writing.
+ * Detach the child's VMAs and let go of the context; mmap_lock held for
+ * writing.  Its VMAs, not the links, say what is left to detach: a child
+ * VMA whose link was ended early (by a remote change: a userfaultfd monitor
+ * of fork events registering it, say) may be gone since.
  */
 static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 {
-	unsigned int i;
-
-	for (i = 0; i < ctx->nr_links; i++)
-		if (ctx->links[i].dst->async_fork == &ctx->links[i])
-			vma_start_write(ctx->links[i].dst);
+	af_finish_mm(mm);
 	mm->async_fork_ctx = NULL;
 	af_ctx_put(ctx);
 }
