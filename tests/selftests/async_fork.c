@@ -18,6 +18,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +30,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -432,6 +436,131 @@ TEST_F_TIMEOUT(af, fork_while_previous_copy_pending, 180)
 	ASSERT_EQ(reap(third), 0);
 	EXPECT_EQ(started_async() - forks, 1);
 	EXPECT_EQ(mismatch(self->mem, REGION, 2), -1);
+}
+
+/* Did task @tid finish a link at once (async_fork_sync, vma_wide=1)? */
+static bool traced_vma_sync_by(pid_t tid)
+{
+	char line[512], who[32];
+	bool found = false;
+	FILE *f = fopen(TRACING "trace", "r");
+
+	if (!f)
+		return false;
+	snprintf(who, sizeof(who), "-%d ", tid);
+	while (fgets(line, sizeof(line), f))
+		if (strstr(line, who) && strstr(line, "async_fork_sync:") &&
+		    strstr(line, "vma_wide=1"))
+			found = true;
+	fclose(f);
+	return found;
+}
+
+struct fork_monitor {
+	int uffd;
+	char *mem;
+	pid_t tid;
+	const char *failed;	/* what went wrong, or NULL */
+};
+
+/*
+ * A userfaultfd monitor of fork events: it gets a userfaultfd of the child
+ * before the child runs, registers the first half of the child's copy of
+ * @mem with it (which splits the child's VMA: the child's side of the link
+ * ends there, while the child may still be copying), and unregisters it
+ * (which merges the pieces back, freeing the child's original VMA).
+ */
+static void *fork_monitor(void *arg)
+{
+	struct fork_monitor *m = arg;
+	struct pollfd pfd = { .fd = m->uffd, .events = POLLIN };
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)m->mem, .len = REGION / 2 },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	struct uffd_msg msg;
+	int child;
+
+	m->tid = syscall(SYS_gettid);
+	if (poll(&pfd, 1, 60000) != 1 ||
+	    read(m->uffd, &msg, sizeof(msg)) != sizeof(msg) ||
+	    msg.event != UFFD_EVENT_FORK) {
+		m->failed = "no fork event";
+		return NULL;
+	}
+	child = msg.arg.fork.ufd;
+	if (ioctl(child, UFFDIO_REGISTER, &reg))
+		m->failed = "UFFDIO_REGISTER on the child";
+	else if (ioctl(child, UFFDIO_UNREGISTER, &reg.range))
+		m->failed = "UFFDIO_UNREGISTER on the child";
+	close(child);
+	return NULL;
+}
+
+/*
+ * The child's side of a link can end before the child has copied: here a
+ * userfaultfd monitor of fork events changes the child's VMA while the
+ * child still copies, so the monitor finishes the copy of that VMA itself
+ * (the tracepoint shows its VMA-wide synchronization), and then merges the
+ * VMA away.  The child must see the contents of before the fork, and its
+ * own detach must not look at the VMA that is gone (a debug kernel without
+ * KASAN does not catch such a read itself: the run is checked for any
+ * report).  A child that copied everything before the monitor got to it
+ * proves nothing: try again a few times.
+ */
+TEST_F_TIMEOUT(af, uffd_monitor_changes_child_while_copying, 180)
+{
+	struct uffdio_api api = { .api = UFFD_API,
+				  .features = UFFD_FEATURE_EVENT_FORK };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	const char *ev = TRACING "events/async_fork/async_fork_sync/enable";
+	struct fork_monitor m = { .mem = self->mem };
+	bool seen = false;
+	pthread_t thread;
+	char *armed;
+	int tries;
+
+	if (access(ev, W_OK))
+		SKIP(return, "no tracefs at " TRACING);
+	m.uffd = syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (m.uffd < 0)
+		SKIP(return, "no userfaultfd: %s", strerror(errno));
+	ASSERT_EQ(ioctl(m.uffd, UFFDIO_API, &api), 0);
+	/* A range armed with it, so that fork() sends the monitor an event. */
+	armed = mmap(NULL, SZ_2M, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(armed, MAP_FAILED);
+	reg.range.start = (uintptr_t)armed;
+	reg.range.len = SZ_2M;
+	ASSERT_EQ(ioctl(m.uffd, UFFDIO_REGISTER, &reg), 0);
+	set_sysctl(2);
+	ASSERT_EQ(write_file(ev, "1"), 0);
+
+	for (tries = 0; tries < 10 && !seen; tries++) {
+		long forks = started_async();
+		pid_t pid;
+
+		write_file(TRACING "trace", "");
+		m.failed = NULL;
+		ASSERT_EQ(pthread_create(&thread, NULL, fork_monitor, &m), 0);
+		/* Returns once the monitor has read the fork event. */
+		pid = fork_checker(self->mem);
+		ASSERT_GE(pid, 0);
+		ASSERT_EQ(pthread_join(thread, NULL), 0);
+		ASSERT_EQ(m.failed, NULL) {
+			TH_LOG("monitor: %s: %s", m.failed, strerror(errno));
+		}
+		ASSERT_EQ(reap(pid), 0);
+		ASSERT_EQ(started_async() - forks, 1);
+		seen = traced_vma_sync_by(m.tid);
+	}
+	write_file(ev, "0");
+	EXPECT_TRUE(seen) {
+		TH_LOG("the child always finished its copy before the monitor");
+	}
+	EXPECT_EQ(mismatch(self->mem, REGION, 1), -1);
+	close(m.uffd);
+	munmap(armed, SZ_2M);
 }
 
 /*
