@@ -121,8 +121,28 @@ def analyse(out: Path, result: dict) -> dict:
             "rdb_exact": m.get("rdb", {}).get("exact"),  # None: not checked
             "vmstat": m["vmstat"],
             "interruptions": interruptions(m.get("trace", {})),
+            "syscalls": syscall_summary(m.get("trace", {})),
         }
     return table
+
+
+def syscall_summary(trace: dict) -> dict | None:
+    """The syscalls of the server's main thread during the snapshot (all
+    but reads and event-loop waits): its longest besides fork(), and those
+    that take the mmap_lock for writing.  None if they were not traced."""
+    sc = trace.get("syscalls")
+    if sc is None:
+        return None
+    others = {n: s for n, s in sc.items() if n not in redis_snapshot.FORKS}
+    longest = max(others, key=lambda n: others[n]["max_ns"], default=None)
+    mm = {n: s for n, s in sc.items() if n in redis_snapshot.MMAP_LOCK}
+    return {"calls": sum(s["count"] for s in sc.values()),
+            "longest": longest,
+            "longest_ms": others[longest]["max_ns"] / 1e6 if longest else 0.0,
+            "longest_at_ns": others[longest]["max_at_ns"] if longest else None,
+            "mmap_lock_calls": sum(s["count"] for s in mm.values()),
+            "mmap_lock_max_ms": max((s["max_ns"] for s in mm.values()), default=0) / 1e6,
+            "by_name": sc}
 
 
 def interruptions(trace: dict) -> dict:
@@ -173,6 +193,14 @@ def print_table(table: dict, result: dict, memory: str) -> None:
                   f"({i['vma_wide']} for a whole VMA), {i['sync_total_ms']:.2f} ms in all, "
                   f"median {i['sync_p50_ms']:.3f} ms, longest {i['sync_max_ms']:.3f} ms"
                   f"{' (trace buffer overflowed: incomplete)' if i['lost'] else ''}")
+    for mode, t in table.items():
+        sc = t["syscalls"]
+        if sc:
+            print(f"{mode}: the server's main thread made {sc['calls']} syscalls during the "
+                  f"snapshot (reads and event waits not counted); besides fork() the longest "
+                  f"was {sc['longest'] or '-'}, {sc['longest_ms']:.3f} ms; "
+                  f"{sc['mmap_lock_calls']} took the mmap_lock (mmap, munmap, brk, mprotect, "
+                  f"madvise, mremap), longest {sc['mmap_lock_max_ms']:.3f} ms")
     if "default" in table and "async" in table:
         d, a = table["default"], table["async"]
         print(f"\nfork(): {d['fork_ms']:.2f} ms default, {a['fork_ms']:.3f} ms Async-fork, "

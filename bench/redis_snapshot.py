@@ -164,29 +164,62 @@ def load(r: redis.Redis, mb: int, value_size: int, pid: int) -> int:
     return keys
 
 
+# x86_64 syscall numbers the server's main thread is traced for, by name.
+# Left out of the trace: read (every request) and the event-loop waits,
+# which block by design.
+SYSCALLS = {1: "write", 2: "open", 3: "close", 5: "fstat", 8: "lseek", 9: "mmap",
+            10: "mprotect", 11: "munmap", 12: "brk", 20: "writev", 25: "mremap",
+            28: "madvise", 56: "clone", 57: "fork", 58: "vfork", 61: "wait4",
+            74: "fsync", 75: "fdatasync", 82: "rename", 257: "openat", 262: "newfstatat",
+            332: "statx", 435: "clone3"}
+UNTRACED = (0, 232, 281, 441)          # read, epoll_wait, epoll_pwait, epoll_pwait2
+FORKS = ("clone", "fork", "vfork", "clone3")
+# Syscalls that take the mmap_lock for writing: the production report's
+# remaining stall was an mmap() of Redis's log call waiting for it.
+MMAP_LOCK = ("mmap", "munmap", "mremap", "mprotect", "madvise", "brk")
+
+
 class Trace:
-    """The Async-fork tracepoints (tracefs) around one snapshot: the
-    parent's proactive synchronizations (each one an interruption of the
-    server) and the child's copy, with their durations."""
+    """Tracepoints around one snapshot: the Async-fork events (the parent's
+    proactive synchronizations, each one an interruption of the server, and
+    the child's copy, with their durations) and every syscall of the
+    server's main thread but reads and event-loop waits, so that a stall in
+    one (a log write, an mmap) shows with its duration."""
 
     DIR = Path("/sys/kernel/tracing")
     EVENTS = ("async_fork_start", "async_fork_sync", "async_fork_child_done",
               "async_fork_fallback")
+    RAW = ("sys_enter", "sys_exit")
 
     def __init__(self, enabled: bool):
         if enabled and not (self.DIR / "trace").exists():
             subprocess.run(["mount", "-t", "tracefs", "none", str(self.DIR)], check=False)
         self.ok = enabled and (self.DIR / "events/async_fork").is_dir()
+        self.syscalls = self.ok and (self.DIR / "events/raw_syscalls").is_dir()
 
-    def start(self) -> None:
+    def _set(self, pid: int | None) -> None:
+        on = "0" if pid is None else "1"
+        for e in self.EVENTS:
+            write(self.DIR / f"events/async_fork/{e}/enable", on)
+        if not self.syscalls:
+            return
+        for e in self.RAW:
+            d = self.DIR / f"events/raw_syscalls/{e}"
+            if pid is not None:
+                write(d / "filter", f"common_pid == {pid} && " +
+                      " && ".join(f"id != {n}" for n in UNTRACED))
+            write(d / "enable", on)
+            if pid is None:
+                write(d / "filter", "0")
+
+    def start(self, pid: int) -> None:
         if not self.ok:
             return
         write(self.DIR / "tracing_on", "0")
         write(self.DIR / "trace_clock", "mono")
         write(self.DIR / "buffer_size_kb", "16384")
         write(self.DIR / "trace", "")
-        for e in self.EVENTS:
-            write(self.DIR / f"events/async_fork/{e}/enable", "1")
+        self._set(pid)
         write(self.DIR / "tracing_on", "1")
 
     def stop(self, pid: int) -> dict:
@@ -197,22 +230,41 @@ class Trace:
         write(self.DIR / "tracing_on", "0")
         offset = time.time_ns() - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         text = (self.DIR / "trace").read_text()
-        for e in self.EVENTS:
-            write(self.DIR / f"events/async_fork/{e}/enable", "0")
+        self._set(None)
         out = {"forks": [], "syncs": [], "child": [], "fallbacks": [],
-               "lost": "LOST" in text}
+               "lost": "LOST" in text, "syscalls": {} if self.syscalls else None}
         mms = set()
+        entered = None      # (nr, t_ns) of the main thread's syscall in progress
         for line in text.splitlines():
-            if line.startswith("#") or ": async_fork_" not in line:
+            if line.startswith("#"):
                 continue
-            head, _, rest = line.partition(": async_fork_")
-            event, _, fields = rest.partition(": ")
-            f = dict(kv.split("=", 1) for kv in fields.split() if "=" in kv)
+            head, sep, rest = line.partition(": async_fork_")
+            if not sep:
+                head, sep, rest = line.partition(": sys_")
+                if not sep or not rest.startswith(("enter: NR ", "exit: NR ")):
+                    continue
             try:
                 task_pid = int(head.split("[")[0].strip().rsplit("-", 1)[1])
                 ts = offset + int(float(head.rsplit(None, 1)[1].rstrip(":")) * 1e9)
             except (IndexError, ValueError):
                 continue
+            if rest.startswith(("enter: NR ", "exit: NR ")):
+                if task_pid != pid or out["syscalls"] is None:
+                    continue
+                nr = int(rest.split()[2])
+                if rest.startswith("enter"):
+                    entered = (nr, ts)
+                elif entered and entered[0] == nr:
+                    name = SYSCALLS.get(nr, f"NR {nr}")
+                    s = out["syscalls"].setdefault(name, {"count": 0, "max_ns": 0,
+                                                          "max_at_ns": 0})
+                    s["count"] += 1
+                    if ts - entered[1] >= s["max_ns"]:
+                        s["max_ns"], s["max_at_ns"] = ts - entered[1], entered[1]
+                    entered = None
+                continue
+            event, _, fields = rest.partition(": ")
+            f = dict(kv.split("=", 1) for kv in fields.split() if "=" in kv)
             if event == "start" and task_pid == pid:
                 mms.add(f["mm"])
                 out["forks"].append({"t_ns": ts, "vmas": int(f["vmas"]),
@@ -256,7 +308,7 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     time.sleep(a.baseline)
     if lg.poll() is not None:
         fail(f"loadgen exited early ({lg.returncode})")
-    trace.start()
+    trace.start(pid)
     t_sent = time.time_ns()
     r.bgsave()
     t_reply = time.time_ns()
