@@ -45,6 +45,7 @@ CGROUP = Path("/sys/fs/cgroup/redis-demo")
 WORK = Path("/tmp/redis-demo")      # guest memory: the RDB files stay out of 9p
 PORT, VERIFY_PORT = 6379, 6380
 MODES = {"default": 0, "async": 1}
+TRACE_LEAD_S = 2.0  # tracing starts this long before BGSAVE (< redis_demo.GAP_S)
 
 
 T0 = time.monotonic()
@@ -222,9 +223,9 @@ class Trace:
         self._set(pid)
         write(self.DIR / "tracing_on", "1")
 
-    def stop(self, pid: int) -> dict:
+    def stop(self, pid: int, since_ns: int = 0) -> dict:
         """Events of the server (pid) and of its snapshot child, times in
-        ns of CLOCK_REALTIME."""
+        ns of CLOCK_REALTIME; syscalls only from since_ns on."""
         if not self.ok:
             return {}
         write(self.DIR / "tracing_on", "0")
@@ -253,7 +254,7 @@ class Trace:
                     continue
                 nr = int(rest.split()[2])
                 if rest.startswith("enter"):
-                    entered = (nr, ts)
+                    entered = (nr, ts) if ts >= since_ns else None
                 elif entered and entered[0] == nr:
                     name = SYSCALLS.get(nr, f"NR {nr}")
                     s = out["syscalls"].setdefault(name, {"count": 0, "max_ns": 0,
@@ -305,17 +306,21 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
                            "--tag", mode[0], "--out", str(lat), "--set-log", str(sets)])
     children.append(lg)
     say(f"{mode}: memory.async_fork={MODES[mode]}, load at {a.rate}/s, {a.baseline} s without a snapshot, then BGSAVE")
-    time.sleep(a.baseline)
+    # Tracing starts a little before BGSAVE: switching tracepoints on
+    # patches kernel text, a stall of its own that must not fall into the
+    # snapshot (nor into the window before it, which ends earlier).
+    time.sleep(max(0.0, a.baseline - TRACE_LEAD_S))
+    trace.start(pid)
+    time.sleep(min(a.baseline, TRACE_LEAD_S))
     if lg.poll() is not None:
         fail(f"loadgen exited early ({lg.returncode})")
-    trace.start(pid)
     t_sent = time.time_ns()
     r.bgsave()
     t_reply = time.time_ns()
     while r.info("persistence")["rdb_bgsave_in_progress"]:
         time.sleep(0.05)
     t_done = time.time_ns()
-    events = trace.stop(pid)
+    events = trace.stop(pid, t_sent)
     time.sleep(1)
     lg.send_signal(signal.SIGTERM)
     if lg.wait(timeout=120) != 0:

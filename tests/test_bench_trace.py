@@ -84,3 +84,16 @@ def test_no_syscall_trace_is_not_a_clean_one(tmp_path, monkeypatch):
     assert ev["syscalls"] is None
     assert redis_demo.syscall_summary(ev) is None
     assert len(ev["syncs"]) == 1
+
+
+def test_syscalls_before_the_snapshot_do_not_count(tmp_path, monkeypatch):
+    # Tracing starts before BGSAVE; what the server did before it is not
+    # part of the snapshot, while the fork's events still are read.
+    monkeypatch.setattr(redis_snapshot.Trace, "DIR", tmp_path)
+    fake_tracefs(tmp_path)
+    t = redis_snapshot.Trace(True)
+    t.start(PID)
+    (tmp_path / "trace").write_text(TRACE)
+    ev = t.stop(PID, since_ns=1 << 62)
+    assert ev["syscalls"] == {}
+    assert len(ev["syncs"]) == 1 and len(ev["forks"]) == 1
