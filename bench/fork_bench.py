@@ -122,6 +122,31 @@ def main(argv=None) -> int:
     return report(out)
 
 
+def copy_threads_plot(plt, out: Path, meta: dict, sizes, threads, med) -> None:
+    """copy-threads.png: the child's whole copy against the number of copiers,
+    one line per size, with the default fork of that size for reference."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for s, color in zip(sizes, colors * 2):
+        name = f"{s // 1024} GiB" if s >= 1024 else f"{s} MiB"
+        ax.plot(threads, [med(s, False, True, "child_us", t) for t in threads], "o-",
+                color=color, label=name)
+        ax.axhline(med(s, False, False, "fork_us"), color=color, ls=":", lw=1)
+    ax.set_xticks(threads)
+    ax.set_yscale("log")
+    ax.set_xlabel("vm.async_fork_copy_threads (the child and its kernel workers)")
+    ax.set_ylabel("fork() call to the child's first instruction, ms (log)")
+    ax.set_title(f"Async-fork: the child's copy against copy threads, 4 KiB pages\n"
+                 f"dotted: the default fork of the same size ({meta['kernelrelease']}, "
+                 f"{'KVM' if meta['kvm'] else 'TCG'})", fontsize=10)
+    ax.legend(fontsize=8, title="resident", title_fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "copy-threads.png", dpi=120)
+    plt.close(fig)
+    print(f"plot: {out}/copy-threads.png")
+
+
 def report(out: Path) -> int:
     """Print the tables of a run and plot it (fork-vs-size.png)."""
     meta = json.loads((out / "meta.json").read_text())
@@ -173,7 +198,10 @@ def report(out: Path) -> int:
         ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
         fig.savefig(out / "fork-vs-size.png", dpi=120)
+        plt.close(fig)
         print(f"\nplot: {out}/fork-vs-size.png")
+        if len(threads) > 1:
+            copy_threads_plot(plt, out, meta, sizes, threads, med)
     print(f"raw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
     if not meta["kvm"]:
         print("note: this guest runs under TCG emulation; compare ratios within one run, "

@@ -203,6 +203,42 @@ def print_tables(rows: list, rate: int) -> None:
         print(line)
 
 
+def copy_threads_plot(plt, out: Path, rows: list) -> None:
+    """copy-threads.png: Async-fork at the reference load and the largest
+    size, against the number of copy threads: the child's copy, the
+    server's synchronizations and the latency during the snapshot."""
+    ref = [r for r in rows if r["config"]["set_ratio"] == 0.8 and r["config"]["clients"] == 8
+           and "async" in r["table"]]
+    if not ref:
+        return
+    size = max(r["config"]["dataset_mb"] for r in ref)
+    by_t = sorted((r["config"]["threads"], r["table"]["async"]) for r in ref
+                  if r["config"]["dataset_mb"] == size)
+    if len(by_t) < 2:
+        return
+    ts = [t for t, _ in by_t]
+    fig, axs = plt.subplots(1, 3, figsize=(11, 3.5))
+    axs[0].plot(ts, [m["interruptions"]["child_copy_ms"] or float("nan") for _, m in by_t],
+                "o-")
+    axs[0].set_ylabel("the child's copy (ms)")
+    axs[1].plot(ts, [m["interruptions"]["syncs"] for _, m in by_t], "o-")
+    axs[1].set_ylabel("synchronizations in the server")
+    for key, label in (("p99_ms", "p99"), ("max_ms", "max")):
+        axs[2].plot(ts, [m["snapshot"][key] for _, m in by_t], "o-", label=label)
+    axs[2].set_ylabel("latency during the snapshot (ms)")
+    axs[2].legend()
+    for ax in axs:
+        ax.set_xticks(ts)
+        ax.set_xlabel("copy threads")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(f"Async-fork, {size} MiB dataset: against vm.async_fork_copy_threads",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "copy-threads.png", dpi=120)
+    plt.close(fig)
+
+
 def plots(out: Path, rows: list) -> None:
     plt = redis_demo.pyplot()
     if plt is None:
@@ -221,6 +257,7 @@ def plots(out: Path, rows: list) -> None:
         fig.tight_layout()
         fig.savefig(out / "fork-vs-size.png", dpi=120)
         plt.close(fig)
+    copy_threads_plot(plt, out, rows)
     series = {r["config"]["name"]: r["table"]["async"]["interruptions"]["durations_ms"]
               for r in rows if "async" in r["table"]}
     series = {k: v for k, v in series.items() if v}
