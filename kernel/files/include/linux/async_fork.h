@@ -157,6 +157,11 @@ static inline bool async_fork_vma_pending(struct vm_area_struct *vma)
 	return false;
 }
 
+static inline bool pmd_async_fork_marked(pmd_t pmd)
+{
+	return false;
+}
+
 static inline bool async_fork_defer_pmd(struct vm_area_struct *dst_vma,
 					pmd_t *src_pmd, unsigned long addr,
 					unsigned long next)
