@@ -268,7 +268,7 @@ class Trace:
             f = dict(kv.split("=", 1) for kv in fields.split() if "=" in kv)
             if event == "start" and task_pid == pid:
                 mms.add(f["mm"])
-                out["forks"].append({"t_ns": ts, "vmas": int(f["vmas"]),
+                out["forks"].append({"t_ns": ts, "links": int(f["links"]),
                                      "pmds": int(f["pmds"]), "child_mm": f["child_mm"]})
             elif event == "sync" and f.get("mm") in mms:
                 out["syncs"].append({"t_ns": ts, "pmds": int(f["pmds"]),

@@ -17,7 +17,7 @@ TRACE = """\
 # tracer: nop
 #
     redis-server-4242    [000] .....   100.000000: sys_enter: NR 56 (1200011, 0, 0, 7f0, 0, 0)
-    redis-server-4242    [000] .....   100.030000: async_fork_start: mm=00000000aaaa child_mm=00000000bbbb vmas=3 pmds=512
+    redis-server-4242    [000] .....   100.030000: async_fork_start: mm=00000000aaaa child_mm=00000000bbbb links=3 pmds=512
     redis-server-4242    [000] .....   100.031000: sys_exit: NR 56 = 4243
     redis-server-4242    [000] .....   100.031100: sys_enter: NR 257 (ffffff9c, 55d0, 441, 1b6, 0, 0)
     redis-server-4242    [000] .....   100.031200: sys_exit: NR 257 = 7

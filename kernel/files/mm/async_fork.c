@@ -65,10 +65,12 @@
  */
 
 #include <linux/async_fork.h>
+#include <linux/kcsan-checks.h>
 #include <linux/memcontrol.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/mutex.h>
+#include <linux/oom.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
@@ -103,21 +105,20 @@ struct async_fork_link {
 	unsigned long first_chunk;	/* index of its first chunk */
 };
 
-/*
- * A kernel worker that copies chunks for the child, with the child's
- * memory cgroup charged for the page tables it allocates.
- */
+/* A kernel worker that copies chunks for the child. */
 struct async_fork_helper {
 	struct work_struct work;
 	struct async_fork_ctx *ctx;
-	struct mem_cgroup *memcg;
 };
 
 struct async_fork_ctx {
 	refcount_t ref;		/* child mm, task_work, each parent VMA */
 	atomic_t nr_pending;	/* links with marks left */
+	atomic_t parent_links;	/* parent VMAs still joined to a link */
 	unsigned long flags;
 	struct pid *child;
+	/* Charged for every table the copy allocates, whoever copies. */
+	struct mem_cgroup *memcg;
 	struct callback_head work;
 	u64 start_ns;
 	/* The child's copy: chunks are handed out in order to its threads. */
@@ -138,6 +139,31 @@ struct async_fork_ctx {
 static int sysctl_async_fork __read_mostly = 1;
 static int sysctl_async_fork_copy_threads __read_mostly = 1;
 static int af_max_threads = AF_MAX_THREADS;
+/* Why Async-fork is off for this boot, or NULL: see async_fork_init(). */
+static const char *af_off_reason __ro_after_init;
+static bool af_off_cmdline __initdata;
+
+static int __init af_setup(char *s)
+{
+	if (!s || strcmp(s, "off"))
+		return -EINVAL;
+	af_off_cmdline = true;
+	return 0;
+}
+early_param("async_fork", af_setup);
+
+/**
+ * async_fork_available - may Async-fork be enabled in this boot?
+ *
+ * Return: true unless the architecture cannot mark page tables on this
+ * machine (a Xen PV guest) or the command line said ``async_fork=off``.
+ * A request to enable it (the sysctl, prctl(), memory.async_fork) is
+ * refused with -EOPNOTSUPP otherwise.
+ */
+bool async_fork_available(void)
+{
+	return !af_off_reason;
+}
 
 DEFINE_STATIC_KEY_FALSE(async_fork_key);
 /* Contexts alive; the key stays on until the last one is gone. */
@@ -176,10 +202,22 @@ static bool af_wanted(struct mm_struct *mm)
 static int af_sysctl_handler(const struct ctl_table *table, int write,
 			     void *buffer, size_t *lenp, loff_t *ppos)
 {
-	int ret;
+	struct ctl_table t = *table;
+	int ret, val;
 
+	t.data = &val;
 	mutex_lock(&af_key_mutex);
-	ret = proc_dointvec_minmax(table, write, buffer, lenp, ppos);
+	val = sysctl_async_fork;
+	ret = proc_dointvec_minmax(&t, write, buffer, lenp, ppos);
+	if (!ret && write) {
+		if (val && !async_fork_available()) {
+			pr_warn_ratelimited("async_fork: cannot enable: off in this boot (%s)\n",
+					    af_off_reason);
+			ret = -EOPNOTSUPP;
+		} else {
+			WRITE_ONCE(sysctl_async_fork, val);
+		}
+	}
 	mutex_unlock(&af_key_mutex);
 	if (!ret && write) {
 		/* Pairs with the barrier in async_fork_begin(). */
@@ -210,10 +248,16 @@ static struct ctl_table af_sysctls[] = {
 	},
 };
 
-static void af_fallback(struct mm_struct *mm, const char *reason)
+/*
+ * A fork that wanted to be asynchronous copied the default way: it could
+ * not defer (a long-term pin, no memory for the context), or found
+ * nothing to defer (no PMD entirely inside private anonymous memory).
+ */
+static void af_fallback(struct mm_struct *mm, enum async_fork_fallback why)
 {
-	count_vm_event(ASYNC_FORK_FALLBACK);
-	trace_async_fork_fallback(mm, reason);
+	count_vm_event(why == AF_FALLBACK_EMPTY ? ASYNC_FORK_EMPTY :
+			ASYNC_FORK_FALLBACK);
+	trace_async_fork_fallback(mm, why);
 }
 
 static void af_ctx_put(struct async_fork_ctx *ctx)
@@ -221,6 +265,7 @@ static void af_ctx_put(struct async_fork_ctx *ctx)
 	if (!refcount_dec_and_test(&ctx->ref))
 		return;
 	put_pid(ctx->child);
+	mem_cgroup_put(ctx->memcg);
 	kvfree(ctx);
 	/* Pairs with the barrier in async_fork_begin(). */
 	if (atomic_dec_and_test(&af_live) && !READ_ONCE(sysctl_async_fork))
@@ -279,6 +324,15 @@ static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
 						      src_pmd, addr);
 	}
 	/*
+	 * A table copied in part, or not at all, must never look copied to
+	 * the child: the fork is failed, and the child killed, before the
+	 * mark goes.  Whoever then sees the mark gone, under this lock or
+	 * through nr_marked, also sees the failure (af_fail() is fully
+	 * ordered).
+	 */
+	if (err)
+		af_fail(link->ctx);
+	/*
 	 * The parent's PTEs were write-protected under the mark, and no
 	 * writable TLB entry can exist below a mark (fork() flushed), so the
 	 * mark can go without a flush: a stale read-only entry costs one
@@ -295,8 +349,11 @@ static int af_copy_pmd(struct async_fork_link *link, unsigned long addr,
 	 */
 	if (atomic_long_add_unless(&link->nr_marked, -1, 1))
 		return err ? err : copy;
-	if (atomic_dec_and_test(&link->ctx->nr_pending))
+	if (atomic_dec_and_test(&link->ctx->nr_pending)) {
+		/* Balances KCSAN's count in this task: see async_fork_end(). */
+		kcsan_nestable_atomic_begin();
 		raw_write_seqcount_end(&src->vm_mm->write_protect_seq);
+	}
 	atomic_long_set_release(&link->nr_marked, 0);
 	return err ? err : copy;
 }
@@ -334,10 +391,17 @@ static void af_wait_copiers(struct async_fork_link *link)
 static long af_copy_tables(struct async_fork_link *link, unsigned long start,
 			   unsigned long end)
 {
+	struct mem_cgroup *old_memcg;
 	unsigned long addr;
 	long copied = 0;
 	int ret;
 
+	/*
+	 * The tables belong to the child, and fork() would have charged
+	 * them to the parent's cgroup: so does a copy made later, by the
+	 * child, a helper, the parent, or a remote reader of either.
+	 */
+	old_memcg = set_active_memcg(link->ctx->memcg);
 	/* One table per entry, so that whoever ends the link waits for one. */
 	for (addr = start; addr < end && af_enter(link); addr += PMD_SIZE) {
 		struct mutex *lock = af_lock(link, addr);
@@ -346,11 +410,10 @@ static long af_copy_tables(struct async_fork_link *link, unsigned long start,
 		ret = af_copy_pmd(link, addr, !af_failed(link->ctx));
 		mutex_unlock(lock);
 		af_leave(link);
-		if (ret < 0)
-			af_fail(link->ctx);
-		else
+		if (ret > 0)
 			copied += ret;
 	}
+	set_active_memcg(old_memcg);
 	return copied;
 }
 
@@ -382,7 +445,8 @@ static int af_sync(struct async_fork_link *link, struct vm_area_struct *vma,
 		   unsigned long start, unsigned long end, bool vma_wide)
 {
 	bool parent = vma == link->src;
-	u64 t0 = ktime_get_ns();
+	/* Timed only for the tracepoint. */
+	u64 t0 = trace_async_fork_sync_enabled() ? ktime_get_ns() : 0;
 	long copied;
 
 	copied = af_copy_range(link, start, end);
@@ -395,8 +459,9 @@ static int af_sync(struct async_fork_link *link, struct vm_area_struct *vma,
 			copied);
 	if (vma_wide && parent)
 		count_vm_event(ASYNC_FORK_VMA_SYNC);
-	trace_async_fork_sync(vma->vm_mm, start, end, copied, vma_wide,
-			      ktime_get_ns() - t0);
+	if (trace_async_fork_sync_enabled())
+		trace_async_fork_sync(vma->vm_mm, start, end, copied, vma_wide,
+				      t0 ? ktime_get_ns() - t0 : 0);
 	return 0;
 }
 
@@ -468,8 +533,57 @@ void async_fork_vma_write(struct vm_area_struct *vma)
 	VM_WARN_ON_ONCE(atomic_long_read(&link->nr_marked));
 	af_wait_copiers(link);
 	vma->async_fork = NULL;
-	if (parent)
-		af_ctx_put(link->ctx);
+	if (!parent)
+		return;
+	/*
+	 * dup_mmap() write-locks every VMA before it copies it, so all the
+	 * links a parent still has belong to its latest fork: the last one
+	 * to go leaves none.
+	 */
+	if (atomic_dec_and_test(&link->ctx->parent_links))
+		clear_bit(MMF_ASYNC_FORK_LINKED, &vma->vm_mm->flags);
+	af_ctx_put(link->ctx);
+}
+
+/*
+ * Give up the copy of @vma's link: the child is killed (it has not run
+ * user code yet) and the marks are removed without copying.  For an OOM
+ * victim, whose memory must be freed now, by the OOM reaper or its own
+ * exit, under the mmap_lock held for reading: a copy would allocate, and
+ * skipping the VMA would free nothing.  Nor may it wait for a copier,
+ * which may be starved of CPU: a table whose lock is taken keeps its mark
+ * until that copier, or whoever ends the link, removes it, and the zap
+ * meanwhile is harmless (see __async_fork_failed()).
+ */
+void __async_fork_fail_vma(struct vm_area_struct *vma)
+{
+	struct async_fork_link *link = READ_ONCE(vma->async_fork);
+	unsigned long addr;
+
+	af_fail(link->ctx);
+	for (addr = link->start; addr < link->end && af_enter(link);
+	     addr += PMD_SIZE) {
+		struct mutex *lock = af_lock(link, addr);
+
+		if (mutex_trylock(lock)) {
+			af_copy_pmd(link, addr, false);
+			mutex_unlock(lock);
+		}
+		af_leave(link);
+	}
+}
+
+/*
+ * Has the copy of @vma's link been given up?  A table still marked then
+ * may be zapped: nobody copies it any more, except a copier that was
+ * already at work, which reads the parent's PTEs under the PTE lock, as
+ * the zap changes them, and hands only the child what it saw.
+ */
+bool __async_fork_failed(struct vm_area_struct *vma)
+{
+	struct async_fork_link *link = READ_ONCE(vma->async_fork);
+
+	return link && af_failed(link->ctx);
 }
 
 /*
@@ -482,6 +596,7 @@ static void af_finish_mm(struct mm_struct *mm)
 	struct vm_area_struct *vma;
 	struct vma_iterator vmi;
 
+	mmap_assert_write_locked(mm);
 	vma_iter_init(&vmi, mm, 0);
 	for_each_vma(vmi, vma) {
 		if (xa_is_zero(vma))
@@ -489,6 +604,15 @@ static void af_finish_mm(struct mm_struct *mm)
 		if (vma->async_fork)
 			vma_start_write(vma);
 	}
+}
+
+/*
+ * mm_take_all_locks(): finish the copies of @mm's children before the
+ * global mm_all_locks_mutex is taken, not under it.
+ */
+void __async_fork_finish_mm(struct mm_struct *mm)
+{
+	af_finish_mm(mm);
 }
 
 /* Is @vma private anonymous memory whose PTE tables fork() may defer? */
@@ -502,7 +626,8 @@ static bool af_vma_deferrable(struct vm_area_struct *vma)
 	 * fork as before: truncation zaps them under i_mmap_rwsem, where the
 	 * copy could not allocate.
 	 */
-	if (!vma_is_anonymous(vma) || !vma->anon_vma)
+	if (!vma_is_anonymous(vma) || !vma->anon_vma ||
+	    !is_cow_mapping(vma->vm_flags))
 		return false;
 	if (vma->vm_flags & (VM_HUGETLB | VM_PFNMAP | VM_MIXEDMAP | VM_IO |
 			     VM_SHADOW_STACK | VM_WIPEONFORK | VM_DONTCOPY))
@@ -542,7 +667,7 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 	 * rather than shares, a page that is pinned when the child copies it.
 	 */
 	if (test_bit(MMF_ASYNC_FORK_LONGTERM_PIN, &oldmm->flags)) {
-		af_fallback(oldmm, "longterm-pinned");
+		af_fallback(oldmm, AF_FALLBACK_LONGTERM_PIN);
 		return NULL;
 	}
 	atomic_inc(&af_live);
@@ -558,13 +683,14 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 	if (!ctx) {
 		if (atomic_dec_and_test(&af_live))
 			schedule_work(&af_key_work);
-		af_fallback(oldmm, "nomem");
+		af_fallback(oldmm, AF_FALLBACK_NOMEM);
 		return NULL;
 	}
 	refcount_set(&ctx->ref, 1);	/* the child's mm */
 	for (i = 0; i < AF_NR_LOCKS; i++)
 		mutex_init(&ctx->locks[i]);
 	ctx->max_links = oldmm->map_count;
+	ctx->memcg = get_mem_cgroup_from_mm(oldmm);
 	ctx->start_ns = ktime_get_ns();
 	mm->async_fork_ctx = ctx;
 	return ctx;
@@ -575,6 +701,20 @@ bool __async_fork_defer_pmd(struct vm_area_struct *dst_vma, pmd_t *src_pmd)
 {
 	struct async_fork_link *link = dst_vma->async_fork;
 
+	/*
+	 * A long-term pin taken by GUP-fast after async_fork_begin() looked
+	 * must not end below a mark.  copy_page_range() holds
+	 * write_protect_seq here: either GUP-fast sees it odd (or changed)
+	 * and fails, or this sees the flag and copies the table now.
+	 */
+	if (!atomic_long_read(&link->nr_marked))
+		/*
+		 * Pairs with async_fork_longterm_pin(); once per VMA, as
+		 * any later pin sees the seqcount.
+		 */
+		smp_mb();
+	if (test_bit(MMF_ASYNC_FORK_LONGTERM_PIN, &link->src->vm_mm->flags))
+		return false;
 	pmdp_async_fork_mark(src_pmd);
 	atomic_long_inc(&link->nr_marked);
 	return true;
@@ -645,6 +785,11 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 		/* Released with the last mark: see write_protect_seq above. */
 		atomic_set(&ctx->nr_pending, ctx->nr_links);
 		raw_write_seqcount_begin(&oldmm->write_protect_seq);
+		/*
+		 * The section outlives this task's fork(), and another task
+		 * may end it: KCSAN's nesting count is per task.
+		 */
+		kcsan_nestable_atomic_end();
 	}
 	/*
 	 * On error, no other copier can be at work: the child has not run,
@@ -654,7 +799,7 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 		if (err)
 			af_rollback(ctx);
 		else
-			af_fallback(mm, "nothing to defer");
+			af_fallback(mm, AF_FALLBACK_EMPTY);
 		for (i = 0; i < ctx->nr_links; i++) {
 			ctx->links[i].src->async_fork = NULL;
 			ctx->links[i].dst->async_fork = NULL;
@@ -672,6 +817,7 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 		ctx->nr_chunks += DIV_ROUND_UP(link->end - link->start,
 					       AF_CHUNK);
 	}
+	atomic_set(&ctx->parent_links, ctx->nr_links);
 	set_bit(MMF_ASYNC_FORK_LINKED, &ctx->links[0].src->vm_mm->flags);
 	count_vm_event(ASYNC_FORK);
 	trace_async_fork_start(ctx->links[0].src->vm_mm, mm, ctx->nr_links,
@@ -732,10 +878,8 @@ static void af_helper_work(struct work_struct *work)
 	struct async_fork_helper *h =
 		container_of(work, struct async_fork_helper, work);
 	struct async_fork_ctx *ctx = h->ctx;
-	struct mem_cgroup *old = set_active_memcg(h->memcg);
 
 	atomic_long_add(af_copy_chunks(ctx, false), &ctx->helper_pmds);
-	set_active_memcg(old);
 	if (atomic_dec_and_test(&ctx->nr_helpers))
 		complete(&ctx->helpers_done);
 }
@@ -750,7 +894,6 @@ static struct async_fork_helper *af_start_helpers(struct mm_struct *mm,
 {
 	unsigned int i, n = READ_ONCE(sysctl_async_fork_copy_threads) - 1;
 	struct async_fork_helper *h;
-	struct mem_cgroup *memcg;
 
 	n = min_t(unsigned long, n, ctx->nr_chunks - 1);
 	*nr = 0;
@@ -760,12 +903,10 @@ static struct async_fork_helper *af_start_helpers(struct mm_struct *mm,
 	h = kcalloc(n, sizeof(*h), GFP_KERNEL | __GFP_NOWARN);
 	if (!h)
 		return NULL;
-	memcg = get_mem_cgroup_from_mm(mm);
 	init_completion(&ctx->helpers_done);
 	atomic_set(&ctx->nr_helpers, n);
 	for (i = 0; i < n; i++) {
 		h[i].ctx = ctx;
-		h[i].memcg = memcg;
 		INIT_WORK(&h[i].work, af_helper_work);
 		queue_work(system_unbound_wq, &h[i].work);
 	}
@@ -792,21 +933,26 @@ static void af_child_copy(struct mm_struct *mm, struct async_fork_ctx *ctx)
 			af_fail(ctx);
 			wait_for_completion(&ctx->helpers_done);
 		}
-		mem_cgroup_put(helpers[0].memcg);
 		kfree(helpers);
 		pmds += atomic_long_read(&ctx->helper_pmds);
 	}
-	if (af_failed(ctx)) {
-		err = -EIO;
+	if (af_failed(ctx))
 		af_rollback(ctx);
-	}
-	count_vm_events(ASYNC_FORK_PMD_CHILD, pmds);
-	trace_async_fork_child_done(mm, pmds, nr_helpers + 1,
-				    ktime_get_ns() - ctx->start_ns, err);
-
 	mmap_write_lock(mm);
 	af_child_detach(mm, ctx);
 	mmap_write_unlock(mm);
+	/*
+	 * Every link is ended now and its copiers have left: one that failed
+	 * (the parent, a helper, a remote reader) failed the fork before it
+	 * removed its mark.  Pairs with af_fail() and af_leave(), both fully
+	 * ordered: look only now, or a failure could be missed.
+	 */
+	smp_mb();
+	if (af_failed(ctx))
+		err = -EIO;
+	count_vm_events(ASYNC_FORK_PMD_CHILD, pmds);
+	trace_async_fork_child_done(mm, pmds, nr_helpers + 1,
+				    ktime_get_ns() - ctx->start_ns, err);
 	if (err)
 		force_sig(SIGKILL);
 }
@@ -840,14 +986,24 @@ void async_fork_start_child(struct task_struct *p)
 		af_ctx_put(ctx);
 }
 
+/* Is @mm the memory of a process the OOM killer chose? */
+static bool af_oom_victim(struct mm_struct *mm)
+{
+	return test_bit(MMF_OOM_REAP_QUEUED, &mm->flags) ||
+	       (tsk_is_oom_victim(current) && current->signal->oom_mm == mm);
+}
+
 /*
- * exit_mmap(): a child that dies before its copy is done removes the marks
- * it did not copy; a parent finishes every copy first, so that its children
- * get their complete snapshot.
+ * exit_mmap(), before anything is torn down: a child that dies before its
+ * copy is done removes the marks it did not copy; a parent finishes every
+ * copy first, so that its children get their complete snapshot, unless the
+ * OOM killer chose it.
  */
 void async_fork_exit_mmap(struct mm_struct *mm)
 {
 	struct async_fork_ctx *ctx = mm->async_fork_ctx;
+	struct vm_area_struct *vma;
+	struct vma_iterator vmi;
 
 	if (ctx) {
 		af_rollback(ctx);
@@ -857,13 +1013,39 @@ void async_fork_exit_mmap(struct mm_struct *mm)
 	}
 	if (!test_bit(MMF_ASYNC_FORK_LINKED, &mm->flags))
 		return;
-	mmap_write_lock(mm);
-	af_finish_mm(mm);
-	mmap_write_unlock(mm);
+	if (!af_oom_victim(mm)) {
+		mmap_write_lock(mm);
+		af_finish_mm(mm);
+		mmap_write_unlock(mm);
+		return;
+	}
+	/*
+	 * An OOM victim must free memory, not allocate its children's page
+	 * tables, nor wait for their copiers: the children have not run user
+	 * code and die as if fork() had failed.  The links end once the
+	 * memory is unmapped, before the page tables go (exit_mmap() calls
+	 * async_fork_finish_mm()).
+	 */
+	mmap_read_lock(mm);
+	vma_iter_init(&vmi, mm, 0);
+	for_each_vma(vmi, vma) {
+		if (xa_is_zero(vma))
+			break;
+		if (async_fork_vma_pending(vma))
+			__async_fork_fail_vma(vma);
+	}
+	mmap_read_unlock(mm);
 }
 
 static int __init async_fork_init(void)
 {
+	af_off_reason = arch_async_fork_unsupported();
+	if (!af_off_reason && af_off_cmdline)
+		af_off_reason = "async_fork=off";
+	if (af_off_reason) {
+		sysctl_async_fork = 0;
+		pr_info("async_fork: off in this boot: %s\n", af_off_reason);
+	}
 	register_sysctl_init("vm", af_sysctls);
 	if (sysctl_async_fork)
 		static_branch_enable(&async_fork_key);

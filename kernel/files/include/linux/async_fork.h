@@ -11,7 +11,22 @@
 
 struct async_fork_ctx;
 
+/* Why a fork that asked for Async-fork copied the default way. */
+enum async_fork_fallback {
+	AF_FALLBACK_LONGTERM_PIN,	/* the process pinned pages long-term */
+	AF_FALLBACK_NOMEM,		/* no memory for the fork's context */
+	AF_FALLBACK_EMPTY,		/* no PTE table that could be deferred */
+};
+
 #ifdef CONFIG_ASYNC_FORK
+
+#ifndef arch_async_fork_unsupported
+/* Why this machine cannot mark page tables, or NULL if it can. */
+static inline const char *arch_async_fork_unsupported(void)
+{
+	return NULL;
+}
+#endif
 
 /* On while vm.async_fork is not 0 or any fork is still being copied. */
 DECLARE_STATIC_KEY_FALSE(async_fork_key);
@@ -25,6 +40,10 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm,
 		    int err);
 void async_fork_start_child(struct task_struct *p);
 void async_fork_exit_mmap(struct mm_struct *mm);
+bool async_fork_available(void);
+void __async_fork_finish_mm(struct mm_struct *mm);
+void __async_fork_fail_vma(struct vm_area_struct *vma);
+bool __async_fork_failed(struct vm_area_struct *vma);
 bool __async_fork_defer_pmd(struct vm_area_struct *dst_vma, pmd_t *src_pmd);
 vm_fault_t __async_fork_fault(struct vm_area_struct *vma, pmd_t *pmd,
 			      unsigned long address);
@@ -44,6 +63,41 @@ static inline bool async_fork_vma_linked(struct vm_area_struct *vma)
 static inline bool async_fork_vma_pending(struct vm_area_struct *vma)
 {
 	return async_fork_vma_linked(vma) && __async_fork_vma_pending(vma);
+}
+
+/*
+ * The OOM reaper is about to reap @vma: a copy still pending there is
+ * given up (its child killed) rather than made, which would allocate.
+ */
+static inline void async_fork_oom_reap(struct vm_area_struct *vma)
+{
+	if (async_fork_vma_pending(vma))
+		__async_fork_fail_vma(vma);
+}
+
+/*
+ * Zapping below a mark is a bug (callers copy first), except where the
+ * copy was given up for an OOM victim (async_fork_oom_reap()).
+ */
+static inline bool async_fork_zap_marked_ok(struct vm_area_struct *vma)
+{
+	return !async_fork_vma_linked(vma) || __async_fork_failed(vma);
+}
+
+/* Finish every copy of @mm's children; mmap_lock held for writing. */
+static inline void async_fork_finish_mm(struct mm_struct *mm)
+{
+	if (test_bit(MMF_ASYNC_FORK_LINKED, &mm->flags))
+		__async_fork_finish_mm(mm);
+}
+
+/*
+ * execve() of a setuid, setgid or file-capability program: the opt-in of
+ * whoever started it does not carry over to the privileged program.
+ */
+static inline void async_fork_secure_exec(struct mm_struct *mm)
+{
+	clear_bit(MMF_ASYNC_FORK, &mm->flags);
 }
 
 /*
@@ -117,6 +171,11 @@ static inline void async_fork_longterm_pin(struct mm_struct *mm)
 {
 	if (!test_bit(MMF_ASYNC_FORK_LONGTERM_PIN, &mm->flags))
 		set_bit(MMF_ASYNC_FORK_LONGTERM_PIN, &mm->flags);
+	/*
+	 * Before GUP-fast reads write_protect_seq: pairs with the barrier
+	 * in __async_fork_defer_pmd().
+	 */
+	smp_mb();
 }
 
 #else /* !CONFIG_ASYNC_FORK */
@@ -144,6 +203,28 @@ static inline void async_fork_start_child(struct task_struct *p)
 }
 
 static inline void async_fork_exit_mmap(struct mm_struct *mm)
+{
+}
+
+static inline bool async_fork_available(void)
+{
+	return false;
+}
+
+static inline void async_fork_oom_reap(struct vm_area_struct *vma)
+{
+}
+
+static inline void async_fork_finish_mm(struct mm_struct *mm)
+{
+}
+
+static inline bool async_fork_zap_marked_ok(struct vm_area_struct *vma)
+{
+	return true;
+}
+
+static inline void async_fork_secure_exec(struct mm_struct *mm)
 {
 }
 

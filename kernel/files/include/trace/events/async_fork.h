@@ -7,19 +7,29 @@
 
 #include <linux/tracepoint.h>
 
+#include <linux/async_fork.h>
+
+TRACE_DEFINE_ENUM(AF_FALLBACK_LONGTERM_PIN);
+TRACE_DEFINE_ENUM(AF_FALLBACK_NOMEM);
+TRACE_DEFINE_ENUM(AF_FALLBACK_EMPTY);
+
 /* A fork that asked for Async-fork and copied the page tables the default way. */
 TRACE_EVENT(async_fork_fallback,
-	    TP_PROTO(struct mm_struct *mm, const char *reason),
+	    TP_PROTO(struct mm_struct *mm, enum async_fork_fallback reason),
 
 	    TP_ARGS(mm, reason),
 
 	    TP_STRUCT__entry(__field(struct mm_struct *, mm)
-			     __string(reason, reason)),
+			     __field(int, reason)),
 
 	    TP_fast_assign(__entry->mm = mm;
-			   __assign_str(reason);),
+			   __entry->reason = reason;),
 
-	    TP_printk("mm=%p reason=%s", __entry->mm, __get_str(reason))
+	    TP_printk("mm=%p reason=%s", __entry->mm,
+		      __print_symbolic(__entry->reason,
+				       { AF_FALLBACK_LONGTERM_PIN, "longterm_pin" },
+				       { AF_FALLBACK_NOMEM, "nomem" },
+				       { AF_FALLBACK_EMPTY, "nothing_to_defer" }))
 );
 
 /* fork() returned: @pmds PTE tables were left to the child. */
@@ -39,7 +49,7 @@ TRACE_EVENT(async_fork_start,
 			   __entry->links = links;
 			   __entry->pmds = pmds;),
 
-	    TP_printk("mm=%p child_mm=%p vmas=%u pmds=%lu", __entry->mm,
+	    TP_printk("mm=%p child_mm=%p links=%u pmds=%lu", __entry->mm,
 		      __entry->child_mm, __entry->links, __entry->pmds)
 );
 
