@@ -26,12 +26,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kselftest_harness.h"
@@ -114,6 +119,8 @@ static const char * const without_region[] = {
 	"sysctl_rejects_bad_values", "copy_threads_rejects_bad_values",
 	"prctl_rejects_bad_arguments", "prctl_inherited_across_fork_and_exec",
 	"mmap_and_brk_next_to_pending_vma_do_not_wait",
+	"empty_fork_is_not_a_fallback", "secure_exec_clears_opt_in",
+	"oom_reaper_gives_up_pending_copy",
 };
 
 static bool needs_region(const char *test)
@@ -299,11 +306,14 @@ static int fork_kind(const char *mem)
 {
 	long forks = vmstat("async_fork");
 	long fallbacks = vmstat("async_fork_fallback");
+	long empty = vmstat("async_fork_empty");
 
 	if (reap(fork_checker(mem)) != 0)
 		return CHILD_FAILED;
 	forks = vmstat("async_fork") - forks;
 	fallbacks = vmstat("async_fork_fallback") - fallbacks;
+	if (vmstat("async_fork_empty") != empty)
+		return COUNTERS_ODD;
 	if (forks == 1 && !fallbacks)
 		return WENT_ASYNC;
 	return !forks && fallbacks == 1 ? FELL_BACK : COUNTERS_ODD;
@@ -1086,9 +1096,555 @@ TEST_F_TIMEOUT(af, oom_kills_parent_while_child_copies, 180)
 	oom_during_copy(_metadata, self, true);
 }
 
+/*
+ * --fork-empty, in a freshly exec'd process: no PMD lies entirely inside
+ * its private anonymous memory, so a fork wanted but had nothing to defer.
+ * That is async_fork_empty, not a fallback (which means "could not").
+ */
+static int fork_empty(void)
+{
+	long empty = vmstat("async_fork_empty");
+	long fallbacks = vmstat("async_fork_fallback");
+	long forks = vmstat("async_fork");
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(0);
+	if (pid < 0 || reap(pid) != 0)
+		return 2;
+	if (vmstat("async_fork_empty") - empty != 1)
+		return 3;
+	if (vmstat("async_fork_fallback") != fallbacks)
+		return 4;
+	return vmstat("async_fork") == forks ? 0 : 5;
+}
+
+/* Run /proc/self/exe @mode in a child; returns its exit status. */
+static int exec_self(const char *mode)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		execl("/proc/self/exe", "async_fork", mode, NULL);
+		_exit(100);
+	}
+	return pid < 0 ? -1 : reap(pid);
+}
+
+TEST_F_TIMEOUT(af, empty_fork_is_not_a_fallback, 180)
+{
+	int status;
+
+	set_sysctl(2);
+	status = exec_self("--fork-empty");
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(WEXITSTATUS(status), 0) {
+		TH_LOG("2: fork failed, 3: async_fork_empty did not move by one, "
+		       "4: async_fork_fallback moved, 5: async_fork moved");
+	}
+}
+
+/*
+ * A long-term pin marks the mm that pinned, not its descendants: a child
+ * of a pinned process, and a program that child execs, fork asynchronously.
+ * (The flag once reached them through the sign-extended bit 31 of
+ * MMF_INIT_MASK.)  The pinned process itself still falls back.
+ */
+TEST_F_TIMEOUT(af, longterm_pin_not_inherited, 180)
+{
+	struct pin_longterm_test pin = {
+		.addr = (uintptr_t)self->mem, .size = 4096,
+		.flags = PIN_LONGTERM_TEST_FLAG_USE_WRITE,
+	};
+	int fd = open("/sys/kernel/debug/gup_test", O_RDWR);
+	int status;
+	pid_t pid;
+
+	if (fd < 0)
+		SKIP(return, "no /sys/kernel/debug/gup_test (CONFIG_GUP_TEST)");
+	set_sysctl(2);
+	pid = fork();
+	ASSERT_GE(pid, 0);
+	if (pid == 0) {
+		pid_t c;
+		int st;
+
+		if (ioctl(fd, PIN_LONGTERM_TEST_START, &pin))
+			_exit(10);
+		ioctl(fd, PIN_LONGTERM_TEST_STOP);
+		if (fork_kind(self->mem) != FELL_BACK)
+			_exit(11);
+		c = fork();
+		if (c == 0)
+			_exit(fork_kind(self->mem));
+		st = reap(c);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != WENT_ASYNC)
+			_exit(12);
+		st = exec_self("--fork-kind");
+		_exit(WIFEXITED(st) && WEXITSTATUS(st) == WENT_ASYNC ? 0 : 13);
+	}
+	status = reap(pid);
+	ASSERT_TRUE(WIFEXITED(status));
+	EXPECT_EQ(WEXITSTATUS(status), 0) {
+		TH_LOG("10: no pin, 11: the pinned process did not fall back, "
+		       "12: its child did, 13: the program its child exec'd did");
+	}
+	close(fd);
+}
+
+#define SUID_DIR	"/tmp/async_fork_suid"
+
+/* Copy /proc/self/exe to @path, owned by root, with @mode. */
+static int copy_self(const char *path, mode_t mode)
+{
+	int in = open("/proc/self/exe", O_RDONLY);
+	int out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0700);
+	char buf[65536];
+	ssize_t n;
+	int err = in < 0 || out < 0;
+
+	while (!err && (n = read(in, buf, sizeof(buf))) > 0)
+		err = write(out, buf, n) != n;
+	if (!err)
+		err = fchown(out, 0, 0) || fchmod(out, mode);
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return err ? -1 : 0;
+}
+
+/*
+ * An unprivileged user opts in and execs a setuid-root program: the
+ * privileged program must not fork asynchronously on the user's say-so
+ * (PR_GET_ASYNC_FORK reads 0 there).  The same program without the setuid
+ * bit keeps the opt-in, as documented.  The copies live on a tmpfs of
+ * their own, which honours the setuid bit.
+ */
+TEST_F_TIMEOUT(af, secure_exec_clears_opt_in, 180)
+{
+	const struct { const char *name; mode_t mode; int want; } progs[] = {
+		{ SUID_DIR "/suid", 04755, 0 },
+		{ SUID_DIR "/plain", 0755, 1 },
+	};
+
+	umount2(SUID_DIR, MNT_DETACH);
+	rmdir(SUID_DIR);
+	ASSERT_EQ(mkdir(SUID_DIR, 0755), 0);
+	ASSERT_EQ(mount("tmpfs", SUID_DIR, "tmpfs", 0, "mode=0755"), 0);
+	for (unsigned int i = 0; i < ARRAY_SIZE(progs); i++) {
+		int status;
+		pid_t pid;
+
+		ASSERT_EQ(copy_self(progs[i].name, progs[i].mode), 0);
+		pid = fork();
+		ASSERT_GE(pid, 0);
+		if (pid == 0) {
+			if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) ||
+			    setresuid(65534, 65534, 65534))
+				_exit(20);
+			if (prctl(PR_SET_ASYNC_FORK, 1, 0, 0, 0) ||
+			    prctl(PR_GET_ASYNC_FORK, 0, 0, 0, 0) != 1)
+				_exit(21);
+			execl(progs[i].name, "async_fork", "--get-prctl", NULL);
+			_exit(22);
+		}
+		status = reap(pid);
+		ASSERT_TRUE(WIFEXITED(status));
+		EXPECT_EQ(WEXITSTATUS(status), progs[i].want) {
+			TH_LOG("%s as nobody: PR_GET_ASYNC_FORK %d (20: setuid failed, "
+			       "21: prctl failed, 22: exec failed)", progs[i].name,
+			       WEXITSTATUS(status));
+		}
+	}
+	EXPECT_EQ(umount2(SUID_DIR, MNT_DETACH), 0);
+	rmdir(SUID_DIR);
+}
+
+/* Did a fork of a task in @cg's sub-cgroup go asynchronously? */
+static int forks_async_in(const char *cg, const char *mem)
+{
+	long before = started_async();
+	pid_t pid = fork();
+	char buf[32];
+
+	if (pid == 0) {
+		snprintf(buf, sizeof(buf), "%d", getpid());
+		if (write_file(cg, buf))
+			_exit(2);
+		_exit(reap(fork_checker(mem)) ? 3 : 0);
+	}
+	if (pid < 0 || reap(pid) != 0)
+		return -1;
+	return started_async() - before;
+}
+
+/*
+ * memory.async_fork is the AND of a cgroup's and its ancestors' values
+ * (the root has none): an administrator's 0 holds for cgroups created
+ * before it and for a sub-tree that says 1.
+ */
+TEST_F_TIMEOUT(af, cgroup_zero_above_wins, 180)
+{
+	const char *procs = CGROUP "/sub/cgroup.procs";
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	rmdir(CGROUP "/sub");
+	rmdir(CGROUP);
+	ASSERT_EQ(mkdir(CGROUP, 0755), 0);
+	ASSERT_EQ(write_file(CGROUP "/memory.async_fork", "1"), 0);
+	write_file(CGROUP "/cgroup.subtree_control", "+memory");
+	ASSERT_EQ(mkdir(CGROUP "/sub", 0755), 0);
+	set_sysctl(1);
+
+	EXPECT_EQ(forks_async_in(procs, self->mem), 1);
+	ASSERT_EQ(write_file(CGROUP "/memory.async_fork", "0"), 0);
+	EXPECT_EQ(read_long(CGROUP "/sub/memory.async_fork"), 1);
+	EXPECT_EQ(forks_async_in(procs, self->mem), 0);
+	ASSERT_EQ(write_file(CGROUP "/sub/memory.async_fork", "0"), 0);
+	ASSERT_EQ(write_file(CGROUP "/memory.async_fork", "1"), 0);
+	EXPECT_EQ(forks_async_in(procs, self->mem), 0);
+	ASSERT_EQ(write_file(CGROUP "/sub/memory.async_fork", "1"), 0);
+	EXPECT_EQ(forks_async_in(procs, self->mem), 1);
+	EXPECT_EQ(rmdir(CGROUP "/sub"), 0);
+	EXPECT_EQ(rmdir(CGROUP), 0);
+}
+
+/* Run on CPU @cpu only, or on every CPU if @cpu < 0. */
+static int run_on(pid_t pid, int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	for (int i = 0; i < CPU_SETSIZE; i++)
+		if (cpu < 0 ? i < sysconf(_SC_NPROCESSORS_ONLN) : i == cpu)
+			CPU_SET(i, &set);
+	return sched_setaffinity(pid, sizeof(set), &set);
+}
+
+/*
+ * Keep the next child off the CPU: the caller runs SCHED_FIFO on CPU 0,
+ * where the child, back to SCHED_OTHER by SCHED_RESET_ON_FORK, waits.
+ * The child copies before it runs user code, so its copy waits too.
+ */
+static int hold_next_child(bool hold)
+{
+	struct sched_param sp = { .sched_priority = hold ? 1 : 0 };
+
+	if (run_on(0, hold ? 0 : -1))
+		return -1;
+	return sched_setscheduler(0, hold ? SCHED_FIFO | SCHED_RESET_ON_FORK :
+				  SCHED_OTHER, &sp);
+}
+
+#define READER_CGROUP	"/sys/fs/cgroup/async_fork_reader"
+
+/*
+ * A reader of the parent's memory (process_vm_readv(), as a debugger or a
+ * checkpoint tool reads) makes the parent's side copy tables the child has
+ * not copied yet.  Those tables are the child's, and fork() would have
+ * charged them to the parent's cgroup: so must the copy, not the reader's
+ * cgroup, which here has no room for them.  Neither the child nor the
+ * reader may die for it, and the child's snapshot holds.
+ */
+TEST_F_TIMEOUT(af, remote_reader_pays_nothing, 180)
+{
+	long errors = vmstat("async_fork_error");
+	long syncs = vmstat("async_fork_pmd_sync");
+	int go[2], ready[2], status;
+	pid_t me = getpid(), reader, child;
+	char c = 0, buf[32];
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	rmdir(READER_CGROUP);
+	ASSERT_EQ(mkdir(READER_CGROUP, 0755), 0);
+	write_file(READER_CGROUP "/memory.swap.max", "0");
+	ASSERT_EQ(pipe(go), 0);
+	ASSERT_EQ(pipe(ready), 0);
+	set_sysctl(2);
+	reader = fork();
+	ASSERT_GE(reader, 0);
+	if (reader == 0) {
+		uint64_t word;
+		int bad = 0;
+
+		snprintf(buf, sizeof(buf), "%d", getpid());
+		if (write_file(READER_CGROUP "/cgroup.procs", buf) || run_on(0, 1) ||
+		    write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1)
+			_exit(2);
+		for (size_t off = 0; off < REGION; off += SZ_2M) {
+			struct iovec local = { &word, sizeof(word) };
+			struct iovec remote = { self->mem + off, sizeof(word) };
+
+			if (process_vm_readv(me, &local, 1, &remote, 1, 0) != sizeof(word) ||
+			    word != pattern(1, off / 8))
+				bad++;
+		}
+		_exit(write(ready[1], "d", 1) != 1 || bad ? 3 : 0);
+	}
+	ASSERT_EQ(read(ready[0], &c, 1), 1);
+	/*
+	 * Room for the reader, not for 64 page tables.  An absolute limit:
+	 * memory.current also counts charges cached per CPU (64 pages), which
+	 * a limit above it would leave the tables to use; a limit below it
+	 * drains them first.
+	 */
+	ASSERT_EQ(write_file(READER_CGROUP "/memory.max", "131072"), 0);
+
+	ASSERT_EQ(hold_next_child(true), 0);
+	child = fork_checker(self->mem);
+	if (child > 0 && write(go[1], "g", 1) == 1) {
+		/*
+		 * Spin, never sleep, holding the child off CPU 0 until the
+		 * reader is done (or 10 s).
+		 */
+		struct pollfd pfd = { .fd = ready[0], .events = POLLIN };
+		time_t end = time(NULL) + 10;
+
+		while (poll(&pfd, 1, 0) == 0 && time(NULL) < end)
+			;
+	}
+	ASSERT_EQ(hold_next_child(false), 0);
+	ASSERT_GT(child, 0);
+	status = reap(reader);
+	EXPECT_TRUE(WIFEXITED(status) && !WEXITSTATUS(status)) {
+		TH_LOG("the reader: status %#x (3: a read failed or was wrong)", status);
+	}
+	EXPECT_EQ(reap(child), 0);
+	EXPECT_EQ(vmstat("async_fork_error"), errors);
+	/* The reader did copy tables for the child: the case proves something. */
+	EXPECT_GT(vmstat("async_fork_pmd_sync"), syncs);
+	close(go[0]);
+	close(go[1]);
+	close(ready[0]);
+	close(ready[1]);
+	EXPECT_EQ(rmdir(READER_CGROUP), 0);
+}
+
+#define REAP_CGROUP	"/sys/fs/cgroup/async_fork_reap"
+#define REAP_MEM	(256UL << 20)
+
+/* Move @pid into cgroup @cg (a path); 0 or an errno. */
+static int move_to(const char *cg, pid_t pid)
+{
+	char path[128], buf[32];
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
+	snprintf(buf, sizeof(buf), "%d", pid);
+	return write_file(path, buf);
+}
+
+/*
+ * The parent P of a fork whose child C is still copying is the OOM
+ * killer's victim, and cannot exit soon (both sit in a cgroup with 0.1%
+ * of a CPU).  The OOM reaper must free P's memory anyway: it gives the
+ * pending copy up (C, which has not run user code, is killed) rather than
+ * skip P's memory, which would make the OOM killer take a second victim,
+ * the bystander B.  So: exactly one OOM kill, P's memory freed while P
+ * still exits, B alive, C killed, one async_fork_error.
+ */
+TEST_F_TIMEOUT(af, oom_reaper_gives_up_pending_copy, 180)
+{
+	long errors = vmstat("async_fork_error"), kills, current, max;
+	int tell[2], status;
+	pid_t bystander, parent, child = 0;
+	char c = 0, buf[32];
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory +cpu"), 0);
+	rmdir(REAP_CGROUP "/run");
+	rmdir(REAP_CGROUP "/slow");
+	rmdir(REAP_CGROUP);
+	ASSERT_EQ(mkdir(REAP_CGROUP, 0755), 0);
+	ASSERT_EQ(write_file(REAP_CGROUP "/cgroup.subtree_control", "+memory +cpu"), 0);
+	ASSERT_EQ(write_file(REAP_CGROUP "/memory.swap.max", "0"), 0);
+	ASSERT_EQ(mkdir(REAP_CGROUP "/run", 0755), 0);
+	ASSERT_EQ(mkdir(REAP_CGROUP "/slow", 0755), 0);
+	ASSERT_EQ(write_file(REAP_CGROUP "/slow/cpu.max", "1000 1000000"), 0);
+	ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+	ASSERT_EQ(pipe(tell), 0);
+	set_sysctl(2);
+
+	bystander = fork();
+	ASSERT_GE(bystander, 0);
+	if (bystander == 0) {
+		char *b = mmap(NULL, 16UL << 20, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (move_to(REAP_CGROUP "/run", getpid()) || b == MAP_FAILED)
+			_exit(2);
+		fill(b, 16UL << 20, 12);
+		if (write(tell[1], "b", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	ASSERT_EQ(read(tell[0], &c, 1), 1);
+	ASSERT_EQ(c, 'b');
+
+	parent = fork();
+	ASSERT_GE(parent, 0);
+	if (parent == 0) {
+		char *m = mmap(NULL, REAP_MEM, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		pid_t c2;
+
+		if (move_to(REAP_CGROUP "/run", getpid()) || m == MAP_FAILED ||
+		    set_oom_score_adj(getpid(), 1000))
+			_exit(2);
+		madvise(m, REAP_MEM, MADV_NOHUGEPAGE);
+		fill(m, REAP_MEM, 11);
+		if (hold_next_child(true))
+			_exit(2);
+		c2 = fork();
+		if (c2 == 0)
+			_exit(mismatch(m, REAP_MEM, 11) >= 0);
+		/* Throttled before it ever runs: its copy takes minutes. */
+		if (c2 < 0 || move_to(REAP_CGROUP "/slow", c2) ||
+		    set_oom_score_adj(c2, -1000) || hold_next_child(false) ||
+		    write(tell[1], &c2, sizeof(c2)) != sizeof(c2))
+			_exit(3);
+		pause();
+		_exit(0);
+	}
+	ASSERT_EQ(read(tell[0], &child, sizeof(child)), (ssize_t)sizeof(child));
+	ASSERT_GT(child, 0);
+	/* P, too, gets 0.1% of a CPU: only the reaper can free its memory soon. */
+	ASSERT_EQ(move_to(REAP_CGROUP "/slow", parent), 0);
+
+	current = read_long(REAP_CGROUP "/memory.current");
+	max = current - (8L << 20);
+	snprintf(buf, sizeof(buf), "%ld", max);
+	/* Returns once the cgroup is under the limit or nobody is left to kill. */
+	write_file(REAP_CGROUP "/memory.max", buf);
+	kills = memcg_event(REAP_CGROUP, "oom_kill");
+	current = read_long(REAP_CGROUP "/memory.current");
+	EXPECT_EQ(kills, 1);
+	EXPECT_LE(current, max) {
+		TH_LOG("memory.current %ld above memory.max %ld: P was not reaped",
+		       current, max);
+	}
+	EXPECT_EQ(waitpid(bystander, &status, WNOHANG), 0) {
+		TH_LOG("the bystander died: status %#x", status);
+	}
+	EXPECT_EQ(vmstat("async_fork_error"), errors + 1);
+
+	write_file(REAP_CGROUP "/memory.max", "max");
+	write_file(REAP_CGROUP "/slow/cpu.max", "max");
+	kill(bystander, SIGKILL);
+	reap(bystander);
+	status = reap(parent);
+	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+		TH_LOG("P: status %#x", status);
+	}
+	/* C came to us when P died. */
+	status = reap(child);
+	EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+		TH_LOG("C: status %#x (0: it got its snapshot after all)", status);
+	}
+	close(tell[0]);
+	close(tell[1]);
+	prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+	EXPECT_EQ(rmdir(REAP_CGROUP "/run"), 0);
+	EXPECT_EQ(rmdir(REAP_CGROUP "/slow"), 0);
+	EXPECT_EQ(rmdir(REAP_CGROUP), 0);
+}
+
+/*
+ * The parent's copy of a table fails while the child checks its snapshot
+ * at once, before anything else: the child must be killed or see every
+ * byte of before the fork; a table that the failed copy left out must
+ * never look copied to it.
+ */
+TEST_F_TIMEOUT(af, failed_parent_copy_never_shows_in_child, 180)
+{
+	int status, killed = 0;
+
+	set_sysctl(2);
+	if (inject_alloc_failure("async_fork_vma_write"))
+		SKIP(return, "no fail_page_alloc stack filter (FAULT_INJECTION_STACKTRACE_FILTER)");
+	for (int tries = 0; tries < 10; tries++) {
+		pid_t pid = fork_checker(self->mem);
+
+		ASSERT_GE(pid, 0);
+		mprotect(self->mem, REGION, PROT_READ);
+		mprotect(self->mem, REGION, PROT_READ | PROT_WRITE);
+		status = reap(pid);
+		EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status)) {
+			TH_LOG("try %d: the child saw a wrong snapshot", tries);
+		}
+		killed += WIFSIGNALED(status);
+	}
+	stop_failures(FAIL_ALLOC);
+	EXPECT_EQ(mismatch(self->mem, REGION, 1), -1);
+	TH_LOG("%d of 10 children killed by a failed copy", killed);
+}
+
+/*
+ * --expect-off: the checks of a boot with async_fork=off (the Xen PV path,
+ * simulated): the sysctl reads 0, and every request to enable Async-fork
+ * fails with EOPNOTSUPP and changes nothing, while requests to disable it
+ * succeed; forks stay the default ones.  Prints one line per failed check
+ * and the count; exits 0 only if all passed.
+ */
+static int expect_off(void)
+{
+	int failed = 0, checks = 0;
+	char *mem;
+	pid_t pid;
+	long forks;
+
+#define OFF_CHECK(cond) do {						\
+	checks++;							\
+	if (!(cond)) {							\
+		failed++;						\
+		printf("off check failed: %s (errno %d)\n", #cond, errno);	\
+	}								\
+} while (0)
+	OFF_CHECK(read_long("/proc/sys/vm/async_fork") == 0);
+	OFF_CHECK(write_file("/proc/sys/vm/async_fork", "1") == EOPNOTSUPP);
+	OFF_CHECK(write_file("/proc/sys/vm/async_fork", "2") == EOPNOTSUPP);
+	OFF_CHECK(read_long("/proc/sys/vm/async_fork") == 0);
+	OFF_CHECK(write_file("/proc/sys/vm/async_fork", "0") == 0);
+	errno = 0;
+	OFF_CHECK(prctl(PR_SET_ASYNC_FORK, 1, 0, 0, 0) == -1 && errno == EOPNOTSUPP);
+	OFF_CHECK(prctl(PR_GET_ASYNC_FORK, 0, 0, 0, 0) == 0);
+	OFF_CHECK(prctl(PR_SET_ASYNC_FORK, 0, 0, 0, 0) == 0);
+	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	rmdir(CGROUP);
+	OFF_CHECK(mkdir(CGROUP, 0755) == 0);
+	OFF_CHECK(write_file(CGROUP "/memory.async_fork", "1") == EOPNOTSUPP);
+	OFF_CHECK(read_long(CGROUP "/memory.async_fork") == 0);
+	OFF_CHECK(write_file(CGROUP "/memory.async_fork", "0") == 0);
+	rmdir(CGROUP);
+	mem = region();
+	OFF_CHECK(mem != NULL);
+	forks = vmstat("async_fork");
+	pid = mem ? fork_checker(mem) : -1;
+	OFF_CHECK(pid > 0 && reap(pid) == 0);
+	OFF_CHECK(vmstat("async_fork") == forks);
+#undef OFF_CHECK
+	printf("async_fork=off: %d passed, %d failed\n", checks - failed, failed);
+	return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--get-prctl"))
 		return prctl(PR_GET_ASYNC_FORK, 0, 0, 0, 0);
+	if (argc == 2 && !strcmp(argv[1], "--fork-empty"))
+		return fork_empty();
+	if (argc == 2 && !strcmp(argv[1], "--fork-kind")) {
+		char *mem = region();
+
+		return mem ? fork_kind(mem) : 1;
+	}
+	if (argc == 2 && !strcmp(argv[1], "--expect-off"))
+		return expect_off();
 	return test_harness_run(argc, argv);
 }
