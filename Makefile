@@ -14,6 +14,11 @@
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make check-series  build the kernel with each prefix of the patch series
 #   make vm CMD='...'  boot the debug kernel and run one command in it
+#   make deb           kernel packages from Debian's own config with Async-fork
+#                      (FLAVOUR=cloud-amd64 or amd64; DEB_DBG=0 skips -dbg),
+#                      plus async-fork-tools, into $(BUILD)/debs/ (hours)
+#   make deb-config    only the packaged kernel's .config, checked against Debian's
+#   make tools-deb     only the async-fork-tools package (seconds)
 #
 # Everything generated lands in $(BUILD) (ignored by git).
 
@@ -23,19 +28,21 @@ PYTHON         := .venv/bin/python
 PYTEST_ARGS    ?=
 SOAK_MINUTES   ?= 30
 SOAK_ARGS      ?=
+FLAVOUR        ?= cloud-amd64
 
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
-	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm clean distclean help
+	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm \
+	deb deb-config tools-deb clean distclean help
 
 all: help
 
 help:
-	@sed -n '2,18s/^# \{0,1\}//p' Makefile
+	@sed -n '2,24s/^# \{0,1\}//p' Makefile
 
 setup:
-	@scripts/setup.sh
+	@scripts/setup.sh $(SETUP_ARGS)
 
 source:
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
@@ -77,6 +84,15 @@ baseline: kernel-debug upstream-selftests
 check-series:
 	@scripts/check-series.sh $(KERNEL_TARBALL) $(BUILD)
 
+deb: source tools-deb
+	@scripts/build-deb.sh $(FLAVOUR) $(BUILD)
+
+deb-config: source
+	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
+
+tools-deb:
+	@scripts/build-tools-deb.sh $(BUILD)
+
 vm: kernel-debug
 	@$(PYTHON) scripts/vm.py --kernel $(BUILD)/debug -- $(CMD)
 
@@ -84,7 +100,8 @@ vm: kernel-debug
 	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
 
 clean:
-	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/selftests $(BUILD)/results
+	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/selftests $(BUILD)/results \
+		$(BUILD)/debs $(BUILD)/tools-deb
 
 distclean:
 	rm -rf $(BUILD) .venv
