@@ -465,6 +465,16 @@ static int af_sync(struct async_fork_link *link, struct vm_area_struct *vma,
 	return 0;
 }
 
+/*
+ * A synchronization needs the mmap_lock, or the VMA's own lock for a fault
+ * under it: then no fork() can mark the range again meanwhile.
+ */
+static void af_assert_locked(struct vm_area_struct *vma)
+{
+	if (!rwsem_is_locked(&vma->vm_lock->lock))
+		mmap_assert_locked(vma->vm_mm);
+}
+
 bool __async_fork_vma_pending(struct vm_area_struct *vma)
 {
 	struct async_fork_link *link = READ_ONCE(vma->async_fork);
@@ -487,6 +497,7 @@ vm_fault_t __async_fork_fault(struct vm_area_struct *vma, pmd_t *pmd,
 	struct async_fork_link *link = vma->async_fork;
 	unsigned long start = address & PMD_MASK;
 
+	af_assert_locked(vma);
 	if (link->src == vma) {
 		if (pmd_async_fork_marked(pmdp_get_lockless(pmd)))
 			af_sync(link, vma, start, start + PMD_SIZE, false);
@@ -508,6 +519,7 @@ void __async_fork_sync_range(struct vm_area_struct *vma, unsigned long start,
 {
 	struct async_fork_link *link = vma->async_fork;
 
+	af_assert_locked(vma);
 	/* Racy: af_enter() and af_copy_pmd() check again. */
 	if (atomic_long_read(&link->nr_marked))
 		af_sync(link, vma, start, end, false);
@@ -647,6 +659,7 @@ struct async_fork_ctx *async_fork_begin(struct mm_struct *oldmm,
 
 	if (!static_branch_unlikely(&async_fork_key))
 		return NULL;
+	mmap_assert_write_locked(oldmm);
 	/*
 	 * One fork in progress at a time: see write_protect_seq above.  Only
 	 * a pending copy holds it here, as fork() copies under our lock.
@@ -728,6 +741,8 @@ int async_fork_copy_page_range(struct async_fork_ctx *ctx,
 	struct async_fork_link *link;
 	int err;
 
+	if (ctx)
+		vma_assert_write_locked(src_vma);
 	if (!ctx || !af_vma_deferrable(src_vma) ||
 	    ctx->nr_links == ctx->max_links ||
 	    ALIGN(src_vma->vm_start, PMD_SIZE) >=
@@ -779,9 +794,11 @@ void async_fork_end(struct async_fork_ctx *ctx, struct mm_struct *mm, int err)
 
 	if (!ctx)
 		return;
+	mmap_assert_write_locked(mm);
 	if (ctx->nr_links) {
 		struct mm_struct *oldmm = ctx->links[0].src->vm_mm;
 
+		mmap_assert_write_locked(oldmm);
 		/* Released with the last mark: see write_protect_seq above. */
 		atomic_set(&ctx->nr_pending, ctx->nr_links);
 		raw_write_seqcount_begin(&oldmm->write_protect_seq);
