@@ -3,13 +3,16 @@
 #   make setup         install what the project needs (apt, pip into .venv)
 #   make kernel-debug  build the debug guest kernel (correctness runs)
 #   make kernel-lean   build the lean guest kernel (benchmarks, demo)
+#   make kernel-kasan  build the debug kernel with generic KASAN (make soak KERNEL=kasan)
+#   make kernel-kcsan  build the debug kernel with KCSAN (data-race runs)
 #   make test          build the debug kernel and the tests, boot, run them
 #   make demo          build the lean kernel, snapshot Redis under load, both ways
 #   make bench         build the lean kernel, run the benchmarks (fork() against
 #                      memory size and copy threads; Redis snapshots across sizes,
 #                      loads and copy threads): bench-fork, then bench-redis
 #   make soak          the randomized tests (fork_stress, stress-ng, Redis digests)
-#                      on the debug kernel for SOAK_MINUTES (default 30);
+#                      on the debug kernel (KERNEL=kasan or kcsan: that one) for
+#                      SOAK_MINUTES (default 30), recorded in docs/results/soak-*.json;
 #                      SOAK_ARGS='--swap zram' swaps to zram instead of a loop device
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make check-series  build the kernel with each prefix of the patch series
@@ -29,17 +32,18 @@ PYTEST_ARGS    ?=
 SOAK_MINUTES   ?= 30
 SOAK_ARGS      ?=
 FLAVOUR        ?= cloud-amd64
+KERNEL         ?= debug
 
 KSRC := $(BUILD)/linux
 
-.PHONY: all setup source kernel-lean kernel-debug selftests upstream-selftests \
+.PHONY: all setup source kernel-lean kernel-debug kernel-kasan kernel-kcsan selftests upstream-selftests \
 	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm \
 	deb deb-config tools-deb clean distclean help
 
 all: help
 
 help:
-	@sed -n '2,24s/^# \{0,1\}//p' Makefile
+	@sed -n '2,27s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -47,7 +51,7 @@ setup:
 source:
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
 
-kernel-lean kernel-debug: kernel-%: source
+kernel-lean kernel-debug kernel-kasan kernel-kcsan: kernel-%: source
 	@scripts/build-kernel.sh $* $(BUILD)
 
 # The project's own kselftest programs, built against the prepared tree.
@@ -75,8 +79,8 @@ bench-redis: kernel-lean bench-programs
 test: kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)
 
-soak: kernel-debug selftests
-	@$(PYTHON) tests/soak.py --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+soak: kernel-$(KERNEL) selftests
+	@$(PYTHON) tests/soak.py --kernel $(KERNEL) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 baseline: kernel-debug upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
@@ -93,14 +97,14 @@ deb-config: source
 tools-deb:
 	@scripts/build-tools-deb.sh $(BUILD)
 
-vm: kernel-debug
-	@$(PYTHON) scripts/vm.py --kernel $(BUILD)/debug -- $(CMD)
+vm: kernel-$(KERNEL)
+	@$(PYTHON) scripts/vm.py --kernel $(BUILD)/$(KERNEL) -- $(CMD)
 
 .DEFAULT:
 	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
 
 clean:
-	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/selftests $(BUILD)/results \
+	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/kasan $(BUILD)/kcsan $(BUILD)/selftests $(BUILD)/results \
 		$(BUILD)/debs $(BUILD)/tools-deb
 
 distclean:

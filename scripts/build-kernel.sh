@@ -5,24 +5,36 @@
 #   debug: make tinyconfig + kernel/configs/lean.config + kernel/configs/debug.config
 #   off:   make tinyconfig + kernel/configs/lean.config + kernel/configs/off.config
 #          (CONFIG_ASYNC_FORK=n, for make check-series)
+#   kasan: debug + kernel/configs/kasan.config (generic KASAN, inline)
+#   kcsan: debug + kernel/configs/kcsan.config (KCSAN, non-strict)
 #
-# Usage: build-kernel.sh FLAVOUR BUILD_DIR   (BUILD_DIR/linux must be prepared)
-# Result: BUILD_DIR/FLAVOUR/arch/x86/boot/bzImage and BUILD_DIR/FLAVOUR/kernelrelease
+# Usage: build-kernel.sh [--config-only] FLAVOUR BUILD_DIR
+#        (BUILD_DIR/linux must be prepared)
+# Result: BUILD_DIR/FLAVOUR/arch/x86/boot/bzImage and BUILD_DIR/FLAVOUR/kernelrelease;
+# with --config-only, only BUILD_DIR/FLAVOUR/.config (checked, nothing compiled).
 set -euo pipefail
 
 die() { echo "build-kernel: $*" >&2; exit 1; }
 
-[ $# -eq 2 ] || die "usage: build-kernel.sh lean|debug|off BUILD_DIR"
+config_only=
+if [ "${1:-}" = --config-only ]; then
+	config_only=1
+	shift
+fi
+[ $# -eq 2 ] || die "usage: build-kernel.sh [--config-only] lean|debug|off|kasan|kcsan BUILD_DIR"
 flavour=$1
 build=$(cd "$2" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
 src=$build/linux
 out=$build/$flavour
+configs=$top/kernel/configs
 case "$flavour" in
-lean)  fragments=("$top/kernel/configs/lean.config") ;;
-debug) fragments=("$top/kernel/configs/lean.config" "$top/kernel/configs/debug.config") ;;
-off)   fragments=("$top/kernel/configs/lean.config" "$top/kernel/configs/off.config") ;;
-*)     die "unknown kernel flavour '$flavour' (use lean, debug or off)" ;;
+lean)  fragments=("$configs/lean.config") ;;
+debug) fragments=("$configs/lean.config" "$configs/debug.config") ;;
+off)   fragments=("$configs/lean.config" "$configs/off.config") ;;
+kasan|kcsan)
+       fragments=("$configs/lean.config" "$configs/debug.config" "$configs/$flavour.config") ;;
+*)     die "unknown kernel flavour '$flavour' (use lean, debug, off, kasan or kcsan)" ;;
 esac
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
 
@@ -57,6 +69,11 @@ if [ ! -f "$out/.config" ] || [ "$(cat "$out/config.sum" 2>/dev/null)" != "$sum"
 	[ -z "$missing" ] || die "options requested by the fragments are not in the final .config:
 $missing"
 	echo "$sum" > "$out/config.sum"
+fi
+if [ -n "$config_only" ]; then
+	kmake syncconfig  # include/config/auto.conf, for the release string
+	echo "build-kernel: $out/.config ($(kmake kernelrelease))"
+	exit 0
 fi
 
 echo "build-kernel: building $flavour ($(kmake kernelrelease)) with $(nproc) jobs"

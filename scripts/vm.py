@@ -48,7 +48,12 @@ REPORT_PATTERNS = [
     r"INFO: task .* blocked for more than",
     r"watchdog: BUG: soft lockup",
     r"rcu: INFO: rcu_.* detected stalls",
+    # "BUG: KASAN: slab-use-after-free in ...", "BUG: KCSAN: data-race in
+    # ...", and the "KASAN: null-ptr-deref in range [...]" note of a general
+    # protection fault.  Their boot lines start in lower case ("kasan: ",
+    # "kcsan: ") and are no reports.
     r"KASAN: ",
+    r"KCSAN: ",
     r"KFENCE: ",
     r"UBSAN: ",
     r"page_table_check",
@@ -64,6 +69,7 @@ REPORT_ALLOW = [
     re.compile(r"\bkfence\b.*initialized", re.I),
 ]
 TIMESTAMP_RE = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+SEPARATOR_RE = re.compile(r"^={40,}$")
 
 
 class VMError(Exception):
@@ -109,8 +115,15 @@ def kernel_reports(log: str, context: int = 40) -> list[str]:
     while i < len(lines):
         line = lines[i]
         if REPORT_RE.search(line) and not any(a.search(line) for a in REPORT_ALLOW):
-            out.append("\n".join(lines[i:i + context]))
-            i += context
+            end = min(i + context, len(lines))
+            # KASAN, KCSAN, KFENCE and UBSAN open each report with a line of
+            # "=": one that starts inside this excerpt is a report of its own.
+            for j in range(i + 1, end - 1):
+                if SEPARATOR_RE.match(lines[j]) and REPORT_RE.search(lines[j + 1]):
+                    end = j
+                    break
+            out.append("\n".join(lines[i:end]))
+            i = end
         else:
             i += 1
     return out

@@ -1,10 +1,16 @@
 """make soak: the randomized tests of the suite, for as long as asked.
 
-Boots the debug kernel once and runs fork_stress (pins, NUMA migration,
-KSM; a memory cgroup with swap; injected allocation failures), stress-ng's
-memory stressors and the Redis digest check, every fork asynchronous, the
-time split between them.  Judged as the suite judges a program: exit code,
-KTAP cases, and no kernel report in the log.
+Boots one guest kernel (build/debug by default; `--kernel kasan` boots
+build/kasan, `make soak KERNEL=kasan`) once and runs fork_stress (pins, NUMA
+migration, KSM; a memory cgroup with swap; injected allocation failures),
+stress-ng's memory stressors and the Redis digest check, every fork
+asynchronous, the time split between them.  Judged as the suite judges a
+program: exit code, KTAP cases, and no kernel report in the log; and a
+fork_stress run that expected asynchronous forks (-a) fails if Async-fork
+deferred nothing in it.
+
+Every soak ends by writing one JSON record, docs/results/soak-KERNEL-DATE.json
+(see make_record() for the fields), whether it passed or not.
 
 Swap is on a loop device by default: with zram, the memory-cgroup run
 meets zeros that the unpatched kernel shows too
@@ -12,6 +18,13 @@ meets zeros that the unpatched kernel shows too
 """
 
 import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,24 +34,227 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402
 import programs  # noqa: E402
 
+RECORD_DIR = programs.TOP / "docs/results"
 
-def main() -> int:
+# Program timeouts (and the boot's) are multiplied by this for a kernel
+# flavour that runs the kernel's side slower: sanitizers under emulation.
+TIMEOUT_FACTOR = {"kasan": 2.0, "kcsan": 3.0}
+
+# fork_stress's per-run counters (the parent's forks, how many of them
+# deferred page tables, and /proc/vmstat deltas; -1 where it could not read
+# a counter), printed with or without KTAP's "# ", e.g.
+#   fork_stress: forks 290, deferred 261 (90%), syncs 1204, child copies 5230, errors 0
+COUNTERS_RE = re.compile(
+    r"^(?:#\s*)?fork_stress: forks (?P<forks>-?\d+), deferred (?P<deferred>-?\d+) "
+    r"\((?P<pct>-?\d+(?:\.\d+)?)%\), syncs (?P<syncs>-?\d+), "
+    r"child copies (?P<copies>-?\d+), errors (?P<errors>-?\d+)\s*$", re.M)
+# fork_stress's first KTAP result: how many children it reaped and judged
+# (each compared its snapshot; with -F some were killed by a failed copy):
+#   ok 1 snapshots exact: 290 children (3 killed by a failed copy, 0 forks failed)
+#   not ok 1 snapshots exact: 2 of 57 children found a difference
+CHILDREN_RE = re.compile(
+    r"^(?:not )?ok \d+ snapshots exact: (?:(?P<bad>\d+) of )?(?P<n>\d+) children"
+    r"(?: \((?P<killed>\d+) killed by a failed copy)?", re.M)
+
+COUNTER_FIELDS = ("forks", "forks_deferred", "syncs", "child_copies", "errors")
+
+
+def parse_fork_stress(text: str) -> dict:
+    """The counters of one fork_stress run's output; None where the run
+    did not print them (the last line of each kind counts)."""
+    out = dict.fromkeys(COUNTER_FIELDS + ("children_checked", "children_killed"))
+    m = None
+    for m in COUNTERS_RE.finditer(text):
+        pass
+    if m:
+        for key, group in zip(COUNTER_FIELDS, ("forks", "deferred", "syncs", "copies", "errors")):
+            val = int(m[group])
+            out[key] = val if val >= 0 else None
+    m = None
+    for m in CHILDREN_RE.finditer(text):
+        pass
+    if m:
+        out["children_checked"] = int(m["n"])
+        if m["killed"] is not None:
+            out["children_killed"] = int(m["killed"])
+    return out
+
+
+def total(runs: list[dict], key: str) -> int | None:
+    """The sum of @key over @runs; None if any run lacks it (a partial sum
+    would look like a whole one) or there is no run."""
+    vals = [r[key] for r in runs]
+    return None if not vals or None in vals else sum(vals)
+
+
+def is_fork_stress(p: harness.Program) -> bool:
+    return Path(shlex.split(p.command.split(" && ")[-1])[0]).name == "fork_stress"
+
+
+def expects_async(p: harness.Program) -> bool:
+    """fork_stress -a: every fork of the run must be asynchronous."""
+    return "-a" in shlex.split(p.command.split(" && ")[-1])[1:]
+
+
+def fork_stress_runs(run: harness.SuiteRun, progs: list[harness.Program]) -> list[dict]:
+    """One entry per fork_stress run of the boot, failed and repeated runs
+    included: program, which run, whether it expected Async-fork, counters."""
+    runs = []
+    for p in progs:
+        r = run.results.get(p.name)
+        if not is_fork_stress(p) or r is None or not r.ran:
+            continue
+        for i, text in enumerate(r.failed_runs + [r.output], 1):
+            runs.append({"program": p.name, "run": i, "expect_async": expects_async(p),
+                         **parse_fork_stress(text)})
+    return runs
+
+
+def judge(run: harness.SuiteRun, progs: list[harness.Program],
+          runs: list[dict]) -> dict[str, list[str]]:
+    """The problems of each program: the suite's judgement plus, for a
+    fork_stress run that expected Async-fork, a run that deferred nothing."""
+    problems = {p.name: list(run.problems(p.name)) for p in progs}
+    for s in runs:
+        if s["expect_async"] and s["forks_deferred"] == 0:
+            problems[s["program"]].append(
+                f"{s['program']} (run {s['run']}): Async-fork deferred nothing in "
+                f"{s['forks']} forks, but the run expected asynchronous forks (-a)")
+    return problems
+
+
+def file_sha256(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def machine(cpus: int, memory: str, numa_nodes: int, swap: str) -> dict:
+    """The host (bare metal or itself a VM, CPU model and count) and the guest."""
+    model, flags = "unknown", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, val = line.partition(":")
+                if key.strip() == "model name" and model == "unknown":
+                    model = val.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(val.split())
+    except OSError:
+        pass
+    virt = None
+    try:
+        p = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True,
+                           timeout=10, check=False)
+        virt = p.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "host": "vm" if "hypervisor" in flags or virt not in (None, "none") else "native",
+        "host_virtualization": virt,
+        "host_cpu": model,
+        "host_cpus": os.cpu_count(),
+        "host_kernel": platform.release(),
+        "accel": "kvm" if harness.vm.kvm_usable() else "tcg",
+        "guest_cpus": cpus,
+        "guest_memory": memory,
+        "guest_numa_nodes": numa_nodes,
+        "guest_swap": swap,
+    }
+
+
+def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
+                progs: list[harness.Program], problems: dict[str, list[str]],
+                runs: list[dict], started: float, finished: float,
+                machine_info: dict, argv: list[str], args: dict) -> dict:
+    """The soak's record.  Counters are sums over every fork_stress run
+    (failed and repeated runs included), null if a run did not print them.
+    forks, forks_deferred, syncs (tables the parent copied first) and
+    child_copies (tables the child copied) come from fork_stress's counter
+    line; children_checked from its "snapshots exact: N children" result."""
+    release = run.kernelrelease
+    if release == "unknown":
+        release = harness.vm.kernel_release(kernel_dir)
+    return {
+        "kernel": release,
+        "config": {"flavour": kernel_name,
+                   "sha256": file_sha256(Path(kernel_dir) / ".config")},
+        "commit": harness.vm.git_describe(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(finished - started, 1),
+        **{k: total(runs, k) for k in COUNTER_FIELDS},
+        "children_checked": total(runs, "children_checked"),
+        "kernel_reports": len(run.vm.reports or []),
+        "failures": sum(bool(v) for v in problems.values()),
+        "passed": not any(problems.values()) and not run.vm.reports,
+        "machine": machine_info,
+        "args": {"argv": argv, **args},
+        "programs": {
+            p.name: {"passed": not problems[p.name],
+                     "seconds": round(run.results[p.name].elapsed, 1),
+                     "repeated_runs": len(run.results[p.name].failed_runs),
+                     "problems": [s.splitlines()[0] for s in problems[p.name]]}
+            for p in progs},
+        "fork_stress_runs": runs,
+    }
+
+
+def write_record(record: dict, outdir: Path, kernel_name: str) -> Path:
+    """Write @record as soak-KERNEL-DATE.json in @outdir (DATE from its
+    start, UTC); a later soak of the same day gets -2, -3...: none is lost."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    stem = f"soak-{kernel_name}-{record['started'][:10]}"
+    path, n = outdir / f"{stem}.json", 1
+    while path.exists():
+        n += 1
+        path = outdir / f"{stem}-{n}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def kernel_dir(name: str) -> Path:
+    """--kernel NAME is build/NAME; a value with a slash is a folder."""
+    return Path(name) if "/" in name else programs.BUILD / name
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30,
                     help="total run time of the programs (default 30)")
-    ap.add_argument("--kernel", default=str(programs.BUILD / "debug"))
+    ap.add_argument("--kernel", default="debug",
+                    help="kernel flavour NAME, booted from build/NAME (default debug: "
+                         "debug, kasan, kcsan, lean), or a build folder")
     ap.add_argument("--memory", default="4G")
     ap.add_argument("--cpus", type=int, default=3)
     ap.add_argument("--swap", choices=("loop", "zram"), default="loop",
                     help="swap device of the guest (default loop)")
-    a = ap.parse_args()
+    ap.add_argument("--timeout-factor", type=float, default=None,
+                    help="multiply program timeouts by this (default 2 for kasan, "
+                         "3 for kcsan, else 1)")
+    ap.add_argument("--record-dir", default=str(RECORD_DIR),
+                    help="where the JSON record goes (default docs/results)")
+    a = ap.parse_args(argv)
     if a.minutes <= 0:
         ap.error("--minutes must be positive")
+    kdir = kernel_dir(a.kernel)
+    name = kdir.name
+    factor = a.timeout_factor or TIMEOUT_FACTOR.get(name, 1.0)
+    if factor < 1:
+        ap.error("--timeout-factor must be at least 1")
+    try:
+        harness.vm.find_image(kdir)
+    except harness.vm.VMError as e:
+        print(f"soak: {e} (make soak KERNEL={name})", file=sys.stderr)
+        return 2
     # Four timed programs share 90% of the time; Redis snapshots the rest
     # (about 40 s each under emulation).
     seconds = max(30, int(a.minutes * 60 * 0.9 / 4))
     snapshots = max(2, int(a.minutes * 60 * 0.1 / 40 / 4))
     progs = programs.stress_programs(seconds, snapshots)
+    for p in progs:
+        p.timeout = int(p.timeout * factor)
     if a.swap == "loop":
         # The suite's retry is for the zram finding; on loop swap any
         # failed run is a failure.
@@ -49,32 +265,46 @@ def main() -> int:
         print(f"soak: not built: {', '.join(missing)}: run 'make soak'", file=sys.stderr)
         return 2
     out = programs.BUILD / "results/soak"
-    print(f"soak: {Path(a.kernel).name} kernel, {seconds} s per stress program, "
+    print(f"soak: {name} kernel, {seconds} s per stress program, "
           f"{snapshots} Redis snapshots per configuration, swap on {a.swap}; "
           f"results in {out}", flush=True)
     start = time.time()
-    run = harness.run_suite(Path(a.kernel), progs, out, memory=a.memory,
-                            cpus=a.cpus, numa_nodes=2, swap=a.swap)
-    failed = 0
+    run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
+                            numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor))
+    finished = time.time()
+    runs = fork_stress_runs(run, progs)
+    problems = judge(run, progs, runs)
     for p in progs:
-        problems = run.problems(p.name)
         r = run.results[p.name]
-        print(f"soak: {p.name}: {'FAIL' if problems else 'pass'} ({r.elapsed:.0f} s, "
+        print(f"soak: {p.name}: {'FAIL' if problems[p.name] else 'pass'} ({r.elapsed:.0f} s, "
               f"{len(r.cases)} cases)")
-        for line in problems:
+        for line in problems[p.name]:
             print("    " + line.replace("\n", "\n    "))
         for i, failed_out in enumerate(r.failed_runs, 1):
             print(f"    run {i} failed and was repeated; its output tail:\n      " +
                   harness.vm.tail(failed_out, 20).replace("\n", "\n      "))
-        failed += bool(problems)
+    for s in runs:
+        if s["forks"] is None:
+            print(f"soak: {s['program']} (run {s['run']}) printed no counter line "
+                  f"('fork_stress: forks N, deferred D (P%), ...'): counters recorded as null")
+    failed = sum(bool(v) for v in problems.values())
     reports = run.vm.reports or []
     if reports:
         print("soak: kernel reports in the console log:\n" + "\n\n".join(reports))
     swaps = out / "swaps"
     if swaps.exists():
         print("soak: guest swap:\n    " + swaps.read_text().strip().replace("\n", "\n    "))
+    record = make_record(kernel_name=name, kernel_dir=kdir, run=run, progs=progs,
+                         problems=problems, runs=runs, started=start, finished=finished,
+                         machine_info=machine(a.cpus, a.memory, 2, a.swap),
+                         argv=argv, args={**vars(a), "timeout_factor": factor,
+                                          "seconds_per_program": seconds,
+                                          "redis_snapshots": snapshots})
+    path = write_record(record, Path(a.record_dir), name)
     print(f"soak: {len(progs) - failed} of {len(progs)} programs passed in "
-          f"{(time.time() - start) / 60:.1f} min ({run.kernelrelease})")
+          f"{(finished - start) / 60:.1f} min ({run.kernelrelease}); "
+          f"forks {record['forks']}, deferred {record['forks_deferred']}, "
+          f"children checked {record['children_checked']}; record {path}")
     return 1 if failed or reports else 0
 
 
