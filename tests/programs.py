@@ -32,13 +32,14 @@ def stress_programs(seconds: int, redis_snapshots: int,
     return [
         # Pins (O_DIRECT, vmsplice), NUMA migration, KSM and khugepaged;
         # the child's copy helpers race with the parent's threads.
-        harness.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k"),
+        # -D 80: at least 80% of its forks must leave tables to the child.
+        harness.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k -D 80"),
         # Reclaim to swap: a 40 MiB memory cgroup for a 32 MiB process and its
         # children.  One retry: zeros in a child's snapshot, the open finding of
         # docs/findings/memcg-zeros.md, happen on the unpatched 6.12 kernel too;
         # a failed run is still reported (a warning, with its output).
         harness.Program("fork_stress_memcg", timeout,
-                        async_fork(2, 1) + f"{stress} -g 40", retries=1),
+                        async_fork(2, 1) + f"{stress} -g 40 -D 80", retries=1),
         # Allocation failures injected into the Async-fork code.
         harness.Program("fork_stress_faults", timeout,
                         async_fork(2, 2) + f"{stress} -m 64 -F 10"),

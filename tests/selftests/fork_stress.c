@@ -18,6 +18,19 @@
  * way, and checks itself again.  The parent checks every page before it
  * changes it and, every five seconds, all of them.
  *
+ * Async-fork leaves to the child only the PTE tables of whole PMDs inside
+ * one private anonymous VMA, so the two regions of 4 KiB pages, the
+ * largest, are kept in such PMDs: they never shrink below two thirds of
+ * their size, and once operations have left them split (a hole, a
+ * read-only or mlocked run) more than MAX_SPLITS times, they are mended
+ * into one VMA, copied afresh into their other slot if need be.  The other
+ * regions fall into pieces as they may.  Every slot is PMD-aligned and
+ * mremap() moves off the alignment one time in four.  The async_fork
+ * counter is read around each of the parent's forks, and the run ends with
+ * a line for harnesses to parse:
+ *
+ *   fork_stress: forks N, deferred D (P%), syncs S, child copies C, errors E
+ *
  * Options put the kernel under pressure around the same run: a memcg limit
  * with zram swap, KSM and a fast khugepaged, page migration between NUMA
  * nodes, allocation failures injected into the Async-fork code (children
@@ -58,6 +71,7 @@
 #define SZ_2M		(2UL << 20)
 #define PAGES_2M	(SZ_2M / PAGE)
 #define NR_REGIONS	6
+#define MAX_SPLITS	2		/* splits an anon region may be left with: op_mend() */
 #define MAX_WORKERS	16
 #define MAX_DEPTH	2		/* a child and a grandchild check */
 #define DEV_PAGES	256		/* the loop device read with O_DIRECT */
@@ -82,10 +96,19 @@
 enum kind { ANON, THP, FILE_PRIV, BRK };
 static const char *const kind_name[] = { "anon", "thp", "file", "brk" };
 static const enum kind kinds[NR_REGIONS] = { ANON, ANON, THP, THP, FILE_PRIV, BRK };
+/*
+ * The first region of 4 KiB pages refuses huge pages, so that its PMDs map
+ * PTE tables, which Async-fork defers, whatever the system's THP setting
+ * and MADV_COLLAPSE make of the others.
+ */
+static const int thp_advice[NR_REGIONS] = {
+	MADV_NOHUGEPAGE, 0, MADV_HUGEPAGE, MADV_HUGEPAGE, 0, 0,
+};
 
 /*
  * A region lives in one of two reserved slots (PROT_NONE when unused), so
- * that it can grow in place and move without meeting anything else.
+ * that it can grow in place and move without meeting anything else.  Both
+ * slots are PMD-aligned.
  */
 struct region {
 	pthread_mutex_t lock;
@@ -95,6 +118,8 @@ struct region {
 	int cur;
 	char *addr;
 	size_t npages, maxpages;
+	size_t splits;		/* ANON: VMA splits left since it was one VMA */
+	int thp_advice;		/* MADV_HUGEPAGE, MADV_NOHUGEPAGE or 0 */
 	int fd;			/* FILE_PRIV: maxpages of pattern(fseed) */
 	uint64_t fseed;
 	uint64_t *meta;		/* the tag of each page */
@@ -109,15 +134,16 @@ struct view {
 enum op {
 	OP_WRITE, OP_MUNMAP, OP_REMAP, OP_MREMAP, OP_MPROTECT, OP_DONTNEED,
 	OP_FREE, OP_COLD, OP_PAGEOUT, OP_COLLAPSE, OP_MERGE, OP_MLOCK, OP_BRK,
-	OP_VMSPLICE, OP_ODIRECT, OP_FORK, NR_OPS
+	OP_VMSPLICE, OP_ODIRECT, OP_FORK, OP_MEND, NR_OPS
 };
 static const char *const op_name[NR_OPS] = {
 	"write", "munmap", "remap", "mremap", "mprotect", "dontneed", "free",
 	"cold", "pageout", "collapse", "merge", "mlock", "brk", "vmsplice",
-	"odirect", "fork",
+	"odirect", "fork", "mend",
 };
+/* mend is never drawn: a region is mended when it is in too many pieces. */
 static const int op_weight[NR_OPS] = {
-	40, 4, 4, 4, 6, 4, 4, 2, 2, 2, 2, 4, 4, 4, 4, 3,
+	40, 4, 4, 4, 6, 4, 4, 2, 2, 2, 2, 4, 4, 4, 4, 3, 0,
 };
 
 struct worker {
@@ -128,8 +154,8 @@ struct worker {
 
 static struct {
 	uint64_t seed;
-	int seconds, workers, children, mib, fail_pct;
-	bool ksm, numa, odirect, expect_async;
+	int seconds, workers, children, mib, fail_pct, defer_pct;
+	bool ksm, numa, odirect, expect_async, maps_debug;
 	bool op_off[NR_OPS];
 	int memcg_mib;
 } opt = { .seconds = 30, .workers = 3, .children = 3, .mib = 32 };
@@ -144,6 +170,9 @@ static atomic_ulong next_tag = TAG_PARENT;
 static atomic_long op_count[NR_OPS];
 static atomic_long parent_bad, fork_failed;
 static long forks, children_ok, children_bad, children_killed;
+/* The parent's forks, counted under fork_lock: see fork_checker(). */
+static long forks_made, forks_deferred, maps_any, maps_small;
+static int forks_fd = -1;	/* serializes fork() in the process tree */
 static int reports_left = REPORTS;
 static char *snapbuf;		/* where a child reads its snapshot */
 static size_t snap_size;
@@ -261,6 +290,168 @@ static long check_all(const char *who)
 	return bad;
 }
 
+/*
+ * Call @fn on each line of @path until it returns false, read with read(2)
+ * into a buffer on the stack: stdio would malloc(), and malloc() may move
+ * the break.  Returns false if @path cannot be opened.
+ */
+typedef bool line_fn(char *line, void *arg);
+
+static bool read_lines(const char *path, line_fn *fn, void *arg)
+{
+	char buf[4096], *line, *nl;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	size_t len = 0;
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	while ((n = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0) {
+		len += n;
+		buf[len] = 0;
+		for (line = buf; (nl = strchr(line, '\n')); line = nl + 1) {
+			*nl = 0;
+			if (!fn(line, arg))
+				goto out;
+		}
+		len -= line - buf;
+		memmove(buf, line, len);
+		if (len == sizeof(buf) - 1)	/* no line is that long */
+			len = 0;
+	}
+out:
+	close(fd);
+	return true;
+}
+
+/* The Async-fork counters of /proc/vmstat, -1 for those the kernel lacks. */
+enum { AF_FORKS, AF_SYNCS, AF_CHILD, AF_ERRORS, NR_AF };
+static const char *const af_name[NR_AF] = {
+	"async_fork", "async_fork_pmd_sync", "async_fork_pmd_child", "async_fork_error",
+};
+
+static bool af_line(char *line, void *arg)
+{
+	long *c = arg;
+	char *val = strchr(line, ' ');
+
+	if (val) {
+		*val++ = 0;
+		for (int i = 0; i < NR_AF; i++)
+			if (!strcmp(line, af_name[i]))
+				c[i] = strtol(val, NULL, 10);
+	}
+	return true;
+}
+
+static void read_af(long c[NR_AF])
+{
+	for (int i = 0; i < NR_AF; i++)
+		c[i] = -1;
+	read_lines("/proc/vmstat", af_line, c);
+}
+
+/*
+ * One fork() at a time in the process tree (the parent's threads fork
+ * under fork_lock, a child may fork a grandchild), so that a move of the
+ * async_fork counter across one of the parent's forks is that fork's own:
+ * a POSIX record lock, held by a process, not inherited by its child and
+ * released when its holder dies.  Forks of other programs would still
+ * count; nothing else forks in the test guest.
+ */
+static void lock_forks(short type)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_len = 1 };
+
+	while (fcntl(forks_fd, F_SETLKW, &fl) && errno == EINTR)
+		;
+}
+
+#define PMD_UP(x)	(((x) + SZ_2M - 1) & ~(SZ_2M - 1))
+#define PMD_DOWN(x)	((x) & ~(SZ_2M - 1))
+
+/* Is [lo, hi) inside one VMA? */
+struct cover {
+	uintptr_t lo, hi;
+	bool one;
+};
+
+static bool vma_covers(char *line, void *arg)
+{
+	struct cover *c = arg;
+	unsigned long start, end;
+
+	if (sscanf(line, "%lx-%lx", &start, &end) == 2 && start <= c->lo && end >= c->hi) {
+		c->one = true;
+		return false;
+	}
+	return true;
+}
+
+static bool one_vma(const struct region *r)
+{
+	struct cover c = { (uintptr_t)r->addr, (uintptr_t)r->addr + r->npages * PAGE, false };
+
+	read_lines("/proc/self/maps", vma_covers, &c);
+	return c.one;
+}
+
+/*
+ * -P (debug, for kernels without Async-fork): does /proc/self/smaps show a
+ * whole PMD-aligned 2 MiB range of a region inside one private anonymous
+ * VMA, more of them than the VMA has huge PMDs?  Async-fork defers such a
+ * PMD if it maps a PTE table.  THP regions often map theirs huge: @small
+ * says whether another region had one.
+ */
+struct pmd_scan {
+	bool any, small;
+	int whole[NR_REGIONS];	/* of the VMA being read */
+	long huge;
+};
+
+static void scan_done(struct pmd_scan *s)
+{
+	int whole = 0;
+
+	for (int i = 0; i < NR_REGIONS; i++)
+		whole += s->whole[i];
+	if (whole * (long)(SZ_2M >> 10) > s->huge)
+		for (int i = 0; i < NR_REGIONS; i++)
+			if (s->whole[i]) {
+				s->any = true;
+				s->small |= regions[i].kind != THP;
+			}
+	memset(s->whole, 0, sizeof(s->whole));
+	s->huge = 0;
+}
+
+static bool scan_vma(char *line, void *arg)
+{
+	struct pmd_scan *s = arg;
+	unsigned long start, end, ino;
+	char perms[8];
+
+	if (!line) {
+		scan_done(s);
+		return false;
+	}
+	if (sscanf(line, "AnonHugePages: %ld", &s->huge) == 1 ||
+	    sscanf(line, "%lx-%lx %7s %*x %*s %lu", &start, &end, perms, &ino) != 4)
+		return true;
+	scan_done(s);
+	if (ino || perms[3] != 'p' || !strncmp(perms, "---", 3))
+		return true;
+	for (int i = 0; i < NR_REGIONS; i++) {
+		const struct region *r = &regions[i];
+		uintptr_t lo = (uintptr_t)r->addr, hi = lo + r->npages * PAGE;
+
+		lo = PMD_UP(lo > start ? lo : start);
+		hi = PMD_DOWN(hi < end ? hi : end);
+		s->whole[i] = lo < hi ? (hi - lo) / SZ_2M : 0;
+	}
+	return true;
+}
+
 static uint64_t new_tag(uint64_t *rng)
 {
 	if (opt.ksm && !below(rng, 4))
@@ -327,8 +518,8 @@ static bool map_pages(struct region *r, size_t first, size_t n)
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	if (p != want)
 		return false;
-	if (r->kind == THP)
-		madvise(p, n * PAGE, MADV_HUGEPAGE);
+	if (r->thp_advice)
+		madvise(p, n * PAGE, r->thp_advice);
 	if (opt.ksm)
 		madvise(p, n * PAGE, MADV_MERGEABLE);
 	set_tags(r, first, n, fresh_tag(r));
@@ -358,6 +549,7 @@ static bool op_munmap(struct worker *w, struct region *r, int ri)
 	if (!n || r->kind == BRK || munmap(page_addr(r, first), n * PAGE))
 		return false;
 	set_tags(r, first, n, TAG_UNMAPPED);
+	r->splits++;
 	return true;
 }
 
@@ -376,6 +568,17 @@ static bool op_remap(struct worker *w, struct region *r, int ri)
 		i += n;
 	}
 	return done;
+}
+
+/*
+ * The fewest pages a region keeps: two thirds for those of 4 KiB pages, in
+ * whole PMDs, for Async-fork to defer; a page for the others.
+ */
+static size_t min_pages(const struct region *r)
+{
+	size_t n = r->maxpages * 2 / 3 / PAGES_2M * PAGES_2M;
+
+	return r->kind == ANON && n ? n : 1;
 }
 
 static bool grow_tail(struct region *r, size_t newn)
@@ -401,10 +604,10 @@ static bool op_mremap(struct worker *w, struct region *r, int ri)
 		return false;
 	switch (below(&w->rng, 3)) {
 	case 0:
-		/* shrink */
-		if (r->npages < 2)
+		/* shrink, not below min_pages() */
+		if (r->npages <= min_pages(r))
 			return false;
-		newn = 1 + below(&w->rng, r->npages - 1);
+		newn = min_pages(r) + below(&w->rng, r->npages - min_pages(r));
 		if (mremap(r->addr, len, newn * PAGE, 0) != r->addr)
 			return false;
 		reserve(page_addr(r, newn), len - newn * PAGE);
@@ -420,11 +623,17 @@ static bool op_mremap(struct worker *w, struct region *r, int ri)
 			reserve(r->addr + len, newn * PAGE - len);
 			return false;
 		}
+		/* Only one VMA grows: the region is whole. */
+		r->splits = 0;
 		return grow_tail(r, newn);
 	default:
-		/* move to the other slot, maybe off the PMD alignment */
+		/*
+		 * Move to the other slot, one time in four a page off the PMD
+		 * alignment: the region then has partial PMDs at both ends,
+		 * copied at fork, and whole ones between them if it is large.
+		 */
 		newn = r->npages + below(&w->rng, r->maxpages - r->npages + 1);
-		to = r->slot[!r->cur] + below(&w->rng, 2) * PAGE;
+		to = r->slot[!r->cur] + !below(&w->rng, 4) * PAGE;
 		p = mremap(r->addr, len, newn * PAGE, MREMAP_MAYMOVE | MREMAP_FIXED, to);
 		if (p != to) {
 			reserve(to, newn * PAGE);
@@ -433,14 +642,14 @@ static bool op_mremap(struct worker *w, struct region *r, int ri)
 		reserve(r->slot[r->cur], r->slot_size);
 		r->cur = !r->cur;
 		r->addr = to;
+		r->splits = 0;
 		return grow_tail(r, newn);
 	}
 }
 
 /*
  * mprotect() and mlock() split VMAs; half the time they are undone at once
- * (split, then merge), so that the regions do not end up in pieces too
- * small to defer.
+ * (split, then merge), and the pieces left are counted for op_mend().
  */
 static bool op_mprotect(struct worker *w, struct region *r, int ri)
 {
@@ -450,7 +659,10 @@ static bool op_mprotect(struct worker *w, struct region *r, int ri)
 	if (!n || mprotect(p, n * PAGE, PROT_READ))
 		return false;
 	note(r, first, n);
-	return below(&w->rng, 2) || !mprotect(p, n * PAGE, PROT_READ | PROT_WRITE);
+	if (!below(&w->rng, 2))
+		return !mprotect(p, n * PAGE, PROT_READ | PROT_WRITE);
+	r->splits++;
+	return true;
 }
 
 /* madvise() a run; DONTNEED and FREE change what the pages hold. */
@@ -499,6 +711,7 @@ static bool op_merge(struct worker *w, struct region *r, int ri)
 	if (!opt.ksm || !n)
 		return false;
 	note(r, first, n);
+	r->splits += n < r->npages;
 	return !madvise(page_addr(r, first), n * PAGE,
 			below(&w->rng, 4) ? MADV_MERGEABLE : MADV_UNMERGEABLE);
 }
@@ -510,12 +723,15 @@ static bool op_mlock(struct worker *w, struct region *r, int ri)
 	if (!n || mlock(page_addr(r, first), n * PAGE))
 		return false;
 	note(r, first, n);
-	return below(&w->rng, 2) || !munlock(page_addr(r, first), n * PAGE);
+	if (!below(&w->rng, 2))
+		return !munlock(page_addr(r, first), n * PAGE);
+	r->splits++;
+	return true;
 }
 
 static bool op_brk(struct worker *w, struct region *r, int ri)
 {
-	size_t newn = 1 + below(&w->rng, r->maxpages);
+	size_t newn = min_pages(r) + below(&w->rng, r->maxpages - min_pages(r) + 1);
 
 	if (r->kind != BRK || brk(r->addr + newn * PAGE))
 		return false;
@@ -523,6 +739,62 @@ static bool op_brk(struct worker *w, struct region *r, int ri)
 		return grow_tail(r, newn);
 	r->npages = newn;
 	return true;
+}
+
+/*
+ * Start @r afresh in its other slot, PMD-aligned and one VMA: its pages are
+ * copied there, wrong ones included (for the checks to find), and its holes
+ * become zero pages.
+ */
+static bool renew(struct region *r, int ri)
+{
+	char *to = r->slot[!r->cur];
+	size_t n = r->npages;
+
+	if (mmap(to, n * PAGE, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != to) {
+		reserve(to, r->slot_size);
+		return false;
+	}
+	if (r->thp_advice)
+		madvise(to, n * PAGE, r->thp_advice);
+	if (opt.ksm)
+		madvise(to, n * PAGE, MADV_MERGEABLE);
+	for (size_t i = 0; i < n; i++) {
+		if (r->meta[i] == TAG_UNMAPPED)
+			r->meta[i] = TAG_ZERO;
+		else
+			memcpy(to + i * PAGE, page_addr(r, i), PAGE);
+	}
+	reserve(r->slot[r->cur], r->slot_size);
+	r->cur = !r->cur;
+	r->addr = to;
+	note(r, 0, n);
+	return true;
+}
+
+/*
+ * A region of 4 KiB pages left with more than MAX_SPLITS splits is made one
+ * VMA again, so that it keeps whole PMDs for Async-fork to defer (the other
+ * regions are left in pieces, as many as the operations make): its holes
+ * are mapped, mprotect(), mlock() and MADV_UNMERGEABLE undone over all of
+ * it, and its pieces merge.  If they do not, it starts afresh (renew()):
+ * after an mremap() move, a hole mapped again does not continue its
+ * neighbours' vm_pgoff and stays apart.
+ */
+static bool op_mend(struct worker *w, struct region *r, int ri)
+{
+	size_t len = r->npages * PAGE;
+
+	r->splits = 0;
+	op_remap(w, r, ri);
+	munlock(r->addr, len);
+	if (mprotect(r->addr, len, PROT_READ | PROT_WRITE))
+		return false;
+	if (opt.ksm)
+		madvise(r->addr, len, MADV_MERGEABLE);
+	note(r, 0, r->npages);
+	return one_vma(r) || renew(r, ri);
 }
 
 /* Leave a run in the worker's pipe: page references across forks. */
@@ -598,10 +870,16 @@ static bool child_status_ok(int status, long *killed)
 
 static void __noreturn child_main(int fd, int depth, uint64_t rng);
 
-/* Fork a checker of the current memory; the caller holds fork_lock. */
+/*
+ * Fork a checker of the current memory; the caller holds fork_lock.  The
+ * parent's forks (depth 1) count as deferred if the async_fork counter
+ * moved across them (see lock_forks()).
+ */
 static pid_t fork_checker(int depth, uint64_t rng)
 {
 	int fd = write_snapshot();
+	long before[NR_AF], after[NR_AF];
+	struct pmd_scan scan = { 0 };
 	pid_t pid;
 
 	if (fd < 0)
@@ -609,10 +887,27 @@ static pid_t fork_checker(int depth, uint64_t rng)
 	cur_op = OP_FORK;
 	for (int i = 0; i < NR_REGIONS; i++)
 		note(&regions[i], 0, regions[i].npages);
+	lock_forks(F_WRLCK);
+	if (depth == 1) {
+		read_af(before);
+		if (opt.maps_debug) {
+			read_lines("/proc/self/smaps", scan_vma, &scan);
+			scan_vma(NULL, &scan);
+		}
+	}
 	pid = fork();
 	if (pid == 0)
 		child_main(fd, depth, rng);
+	if (depth == 1)
+		read_af(after);
+	lock_forks(F_UNLCK);
 	close(fd);
+	if (depth == 1 && pid > 0) {
+		forks_made++;
+		forks_deferred += before[AF_FORKS] >= 0 && after[AF_FORKS] > before[AF_FORKS];
+		maps_any += scan.any;
+		maps_small += scan.small;
+	}
 	return pid;
 }
 
@@ -772,6 +1067,12 @@ static void *worker_main(void *arg)
 		} else {
 			pthread_rwlock_rdlock(&fork_lock);
 			pthread_mutex_lock(&r->lock);
+			if (r->kind == ANON && r->splits > MAX_SPLITS &&
+			    !opt.op_off[OP_MEND]) {
+				cur_op = OP_MEND;
+				if (op_mend(w, r, ri))
+					atomic_fetch_add(&op_count[OP_MEND], 1);
+			}
 			cur_op = op;
 			done = run_op(op, w, r, ri);
 			pthread_mutex_unlock(&r->lock);
@@ -799,14 +1100,18 @@ static void *migrator_main(void *arg)
 	return NULL;
 }
 
-static void setup_region(struct region *r, enum kind kind, size_t maxpages, uint64_t *rng)
+static void setup_region(struct region *r, enum kind kind, int advice,
+			 size_t maxpages, uint64_t *rng)
 {
 	char *res;
 
 	pthread_mutex_init(&r->lock, NULL);
 	r->kind = kind;
+	r->thp_advice = advice;
 	r->maxpages = maxpages;
 	r->npages = maxpages / 2 + below(rng, maxpages / 2);
+	if (r->npages < min_pages(r))
+		r->npages = min_pages(r);
 	r->fseed = rnd(rng);
 	r->fd = -1;
 	r->meta = mmap(NULL, maxpages * sizeof(uint64_t), PROT_READ | PROT_WRITE,
@@ -1034,13 +1339,18 @@ static void usage(const char *prog)
 {
 	fprintf(stderr,
 		"usage: %s [-s SEED] [-t SECONDS] [-j WORKERS] [-c CHILDREN] [-m MIB]\n"
-		"          [-g MEMCG_MIB] [-F PERCENT] [-k] [-n] [-d] [-a] [-x OP,...]\n"
+		"          [-g MEMCG_MIB] [-F PERCENT] [-k] [-n] [-d] [-a] [-D PERCENT] [-P]\n"
+		"          [-x OP,...]\n"
 		"  -g  run in a memory cgroup limited to MEMCG_MIB (needs swap)\n"
 		"  -F  fail PERCENT%% of Async-fork's allocations (children may be killed,\n"
 		"      forks fail)\n"
 		"  -k  KSM on, khugepaged fast   -n  migrate between NUMA nodes 0 and 1\n"
 		"  -d  O_DIRECT reads from a loop device into the memory (pins)\n"
 		"  -a  the forks must be asynchronous (vm.async_fork=2)\n"
+		"  -D  with -a, at least PERCENT%% of the forks must defer page tables\n"
+		"  -P  debug: count the forks at which /proc/self/smaps shows a whole PMD\n"
+		"      of a region, not huge, in a private anonymous VMA (for kernels\n"
+		"      without Async-fork)\n"
 		"  -x  leave these operations out (to narrow a failure down):\n"
 		"      ", prog);
 	for (int i = 0; i < NR_OPS; i++)
@@ -1077,15 +1387,15 @@ static int parse_int(const char *s, int min, int max, const char *prog)
 
 int main(int argc, char **argv)
 {
-	long af0, sync0, child0, err0, mig0, pt0, pt1, ksm_sharing = 0;
+	long af0[NR_AF], af1[NR_AF], d[NR_AF], mig0, pt0, pt1, ksm_sharing = 0;
 	pthread_t migrator;
 	uint64_t rng;
 	double end, next_check;
-	size_t per_region;
+	size_t per_region, maxpages[NR_REGIONS], all_pages = 0;
 	int c;
 
 	opt.seed = time(NULL) ^ getpid();
-	while ((c = getopt(argc, argv, "s:t:j:c:m:g:F:kdnax:")) != -1) {
+	while ((c = getopt(argc, argv, "s:t:j:c:m:g:F:D:kdnaPx:")) != -1) {
 		switch (c) {
 		case 's':
 			opt.seed = strtoull(optarg, NULL, 0); break;
@@ -1101,6 +1411,10 @@ int main(int argc, char **argv)
 			opt.memcg_mib = parse_int(optarg, 8, 1 << 20, argv[0]); break;
 		case 'F':
 			opt.fail_pct = parse_int(optarg, 1, 100, argv[0]); break;
+		case 'D':
+			opt.defer_pct = parse_int(optarg, 0, 100, argv[0]); break;
+		case 'P':
+			opt.maps_debug = true; break;
 		case 'k':
 			opt.ksm = true; break;
 		case 'n':
@@ -1138,11 +1452,11 @@ int main(int argc, char **argv)
 		loop_setup();
 	if (opt.fail_pct)
 		find_fault_sites();
+	forks_fd = memfd_create("fork_stress_forks", 0);
+	if (forks_fd < 0)
+		ksft_exit_fail_perror("memfd_create");
 	pt0 = meminfo_kb("PageTables");
-	af0 = vmstat("async_fork");
-	sync0 = vmstat("async_fork_pmd_sync");
-	child0 = vmstat("async_fork_pmd_child");
-	err0 = vmstat("async_fork_error");
+	read_af(af0);
 	mig0 = vmstat("pgmigrate_success");
 
 	pthread_rwlockattr_t attr;
@@ -1165,11 +1479,20 @@ int main(int argc, char **argv)
 		ksft_exit_fail_msg("pthread_create\n");
 
 	/* From here until the regions are gone: no malloc(), no stdio files. */
+	brk_base = (char *)PMD_UP((uintptr_t)sbrk(0));
+	/*
+	 * A sixth of -m each, in whole PMDs; half as much again for the
+	 * regions of 4 KiB pages, which keep most of the PMDs Async-fork
+	 * defers (the others' are often huge, file-backed or in pieces).
+	 */
 	per_region = (size_t)opt.mib * 256 / NR_REGIONS / PAGES_2M * PAGES_2M;
-	brk_base = (char *)(((uintptr_t)sbrk(0) + SZ_2M - 1) & ~(SZ_2M - 1));
-	for (int i = 0; i < NR_REGIONS; i++)
-		setup_region(&regions[i], kinds[i], per_region, &rng);
-	snap_size = NR_REGIONS * (sizeof(struct view) + per_region * sizeof(uint64_t));
+	for (int i = 0; i < NR_REGIONS; i++) {
+		maxpages[i] = kinds[i] == ANON ?
+			per_region * 3 / 2 / PAGES_2M * PAGES_2M : per_region;
+		setup_region(&regions[i], kinds[i], thp_advice[i], maxpages[i], &rng);
+		all_pages += maxpages[i];
+	}
+	snap_size = NR_REGIONS * sizeof(struct view) + all_pages * sizeof(uint64_t);
 	snapbuf = mmap(NULL, snap_size, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (snapbuf == MAP_FAILED)
@@ -1200,6 +1523,10 @@ int main(int argc, char **argv)
 	if (opt.numa)
 		pthread_join(migrator, NULL);
 	reap(true);
+	/* Every child has copied its tables and left. */
+	read_af(af1);
+	for (int i = 0; i < NR_AF; i++)
+		d[i] = af0[i] < 0 || af1[i] < 0 ? -1 : af1[i] - af0[i];
 	if (opt.fail_pct) {
 		stop_failures(FAIL_ALLOC);
 		stop_failures(FAIL_SLAB);
@@ -1216,6 +1543,14 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < NR_OPS; i++)
 		ksft_print_msg("%-9s %ld\n", op_name[i], atomic_load(&op_count[i]));
+	if (opt.maps_debug)
+		ksft_print_msg("smaps: a whole PMD, not huge, at %ld of %ld forks (%ld%%), outside THP regions at %ld (%ld%%)\n",
+			       maps_any, forks_made, forks_made ? 100 * maps_any / forks_made : 0,
+			       maps_small, forks_made ? 100 * maps_small / forks_made : 0);
+	/* For harnesses: keep the form. */
+	printf("fork_stress: forks %ld, deferred %ld (%ld%%), syncs %ld, child copies %ld, errors %ld\n",
+	       forks_made, forks_deferred, forks_made ? 100 * forks_deferred / forks_made : 0,
+	       d[AF_SYNCS], d[AF_CHILD], d[AF_ERRORS]);
 
 	if (children_bad || !forks)
 		ksft_test_result_fail("snapshots exact: %ld of %ld children found a difference\n",
@@ -1230,20 +1565,23 @@ int main(int argc, char **argv)
 	if (opt.expect_async || opt.fail_pct || opt.ksm || opt.numa) {
 		bool ok = true;
 
+		/* Children's forks of grandchildren included. */
 		ksft_print_msg("async forks %ld, page tables copied by children %ld, by the parent %ld\n",
-			       vmstat("async_fork") - af0,
-			       vmstat("async_fork_pmd_child") - child0,
-			       vmstat("async_fork_pmd_sync") - sync0);
-		/* A fork of memory split in small VMAs may have nothing to defer. */
-		if (opt.expect_async && (vmstat("async_fork") == af0 ||
-					 vmstat("async_fork_pmd_child") == child0))
+			       d[AF_FORKS], d[AF_CHILD], d[AF_SYNCS]);
+		if (opt.expect_async && (forks_deferred <= 0 || d[AF_CHILD] <= 0)) {
+			ksft_print_msg("no fork deferred a page table, or no child copied one\n");
 			ok = false;
+		}
+		if (opt.expect_async && forks_deferred * 100 < (long)opt.defer_pct * forks_made) {
+			ksft_print_msg("%ld of %ld forks deferred page tables, fewer than %d%%\n",
+				       forks_deferred, forks_made, opt.defer_pct);
+			ok = false;
+		}
 		/* Every failure kills a child or fails a fork, and is counted. */
 		if (opt.fail_pct && (!(children_killed + fork_failed) ||
-				     vmstat("async_fork_error") - err0 < children_killed)) {
+				     d[AF_ERRORS] < children_killed)) {
 			ksft_print_msg("children killed %ld, forks failed %ld, async_fork_error moved %ld\n",
-				       children_killed, atomic_load(&fork_failed),
-				       vmstat("async_fork_error") - err0);
+				       children_killed, atomic_load(&fork_failed), d[AF_ERRORS]);
 			ok = false;
 		}
 		if (opt.ksm && !ksm_sharing) {
