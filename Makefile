@@ -7,6 +7,8 @@
 #   make kernel-kcsan  build the debug kernel with KCSAN (data-race runs)
 #   make test          build the debug kernel and the tests, boot, run them
 #   make demo          build the lean kernel, snapshot Redis under load, both ways
+#                      (SERVER=valkey: Valkey; NATIVE=1/0: on this machine or in
+#                      the VM; by default native when it runs an Async-fork kernel)
 #   make bench         build the lean kernel, run the benchmarks (fork() against
 #                      memory size and copy threads; Redis snapshots across sizes,
 #                      loads and copy threads): bench-fork, then bench-redis
@@ -33,6 +35,11 @@ SOAK_MINUTES   ?= 30
 SOAK_ARGS      ?=
 FLAVOUR        ?= cloud-amd64
 KERNEL         ?= debug
+NATIVE         ?=
+SERVER         ?= redis
+NATIVE_FLAG    := $(if $(filter 1,$(NATIVE)),--native,$(if $(filter 0,$(NATIVE)),--vm))
+# A native run needs no guest kernel.
+GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-lean,$(if $(wildcard /proc/sys/vm/async_fork),,kernel-lean)))
 
 KSRC := $(BUILD)/linux
 
@@ -43,7 +50,7 @@ KSRC := $(BUILD)/linux
 all: help
 
 help:
-	@sed -n '2,27s/^# \{0,1\}//p' Makefile
+	@sed -n '2,29s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -65,16 +72,16 @@ upstream-selftests: source
 bench-programs:
 	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/bench
 
-demo: kernel-lean bench-programs
-	@$(PYTHON) bench/redis_demo.py $(DEMO_ARGS)
+demo: $(GUEST_KERNEL) bench-programs
+	@$(PYTHON) bench/redis_demo.py $(NATIVE_FLAG) --server $(SERVER) $(DEMO_ARGS)
 
 bench: bench-fork bench-redis
 
-bench-fork: kernel-lean bench-programs
-	@$(PYTHON) bench/fork_bench.py $(BENCH_FORK_ARGS)
+bench-fork: $(GUEST_KERNEL) bench-programs
+	@$(PYTHON) bench/fork_bench.py $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
 
-bench-redis: kernel-lean bench-programs
-	@$(PYTHON) bench/redis_bench.py $(BENCH_REDIS_ARGS)
+bench-redis: $(GUEST_KERNEL) bench-programs
+	@$(PYTHON) bench/redis_bench.py $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
 
 test: kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)

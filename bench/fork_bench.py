@@ -7,23 +7,28 @@ sizes, 4 KiB pages and THP: the time the parent spends in fork() and the
 time until the child runs (with Async-fork, until its page-table copy is
 done), for the default fork and for Async-fork with each number of copy
 threads (--threads).  The guest is sized from the host's free memory
-(--memory overrides).  Results go to build/results/fork/.
+(--memory overrides).  Natively (the running kernel has Async-fork, or
+NATIVE=1 / --native; NATIVE=0 / --vm forces the VM): the same runs on this
+machine, with vm.async_fork, vm.async_fork_copy_threads and THP's
+"enabled" put back when they end, Ctrl-C included.  Results go to
+build/results/fork/.
 """
 
 import argparse
 import json
+import shlex
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
 TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "scripts"))
-
-import vm  # noqa: E402
-
 sys.path.insert(0, str(TOP / "bench"))
-import redis_demo  # noqa: E402
 
+import native
+import redis_demo
+import vm
 
 GUEST_OWN_MB = 768     # what the guest needs besides the measured heap
 
@@ -37,10 +42,12 @@ def default_memory(largest_mb: int) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernel", default=str(TOP / "build/lean"))
+    native.add_arguments(ap)
+    ap.add_argument("--kernel", default=str(TOP / "build/lean"), help="VM only")
     ap.add_argument("--report", action="store_true",
                     help="print and plot the results in --out again, without a run")
-    ap.add_argument("--memory", default=None, help="guest memory (default: from host free memory)")
+    ap.add_argument("--memory", default=None,
+                    help="guest memory (default: from host free memory; VM only)")
     ap.add_argument("--sizes", default="512,1024,2048,4096,8192",
                     help="resident sizes in MiB, comma-separated (default 512,...,8192)")
     ap.add_argument("--repeat", type=int, default=3)
@@ -54,6 +61,9 @@ def main(argv=None) -> int:
             print(f"fork_bench: no results in {a.out}", file=sys.stderr)
             return 2
         return report(Path(a.out))
+    on_machine = native.decide(a, "fork_bench")
+    if on_machine is None:
+        return 2
 
     try:
         sizes = [int(s) for s in a.sizes.split(",")]
@@ -63,18 +73,28 @@ def main(argv=None) -> int:
         print(f"fork_bench: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'",
               file=sys.stderr)
         return 2
-    memory = a.memory or default_memory(max(sizes))
-    try:
-        guest_mb = vm.parse_size(memory) >> 20
-    except vm.VMError as e:
-        print(f"fork_bench: {e}", file=sys.stderr)
-        return 2
-    too_big = [s for s in sizes if s > guest_mb - GUEST_OWN_MB]
-    if too_big:
-        print(f"fork_bench: sizes {too_big} MiB do not fit a {memory} guest (it needs "
-              f"{GUEST_OWN_MB} MiB for itself): pass --memory larger or --sizes smaller",
-              file=sys.stderr)
-        return 2
+    if on_machine:
+        memory = f"{native.machine()['memory_mb']}M"
+        have = native.available_mb()
+        too_big = [s for s in sizes if s > have - GUEST_OWN_MB]
+        if too_big:
+            print(f"fork_bench: sizes {too_big} MiB do not fit this machine's {have} MiB of "
+                  f"available memory (less {GUEST_OWN_MB} MiB): pass --sizes smaller",
+                  file=sys.stderr)
+            return 2
+    else:
+        memory = a.memory or default_memory(max(sizes))
+        try:
+            guest_mb = vm.parse_size(memory) >> 20
+        except vm.VMError as e:
+            print(f"fork_bench: {e}", file=sys.stderr)
+            return 2
+        too_big = [s for s in sizes if s > guest_mb - GUEST_OWN_MB]
+        if too_big:
+            print(f"fork_bench: sizes {too_big} MiB do not fit a {memory} guest (it needs "
+                  f"{GUEST_OWN_MB} MiB for itself): pass --memory larger or --sizes smaller",
+                  file=sys.stderr)
+            return 2
     try:
         threads = [int(t) for t in a.threads.split(",")]
     except ValueError:
@@ -92,34 +112,82 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # Each size: the default fork, then Async-fork with each thread count
     # (THP: with the first only, its PMD-mapped pages are copied at fork).
-    cmds = [f"sysctl -qw vm.async_fork_copy_threads={t or 1} && "
-            f"{bench} --size-mb {s} {'--thp ' if thp else ''}{'--async ' if t else ''}"
-            f"--repeat {a.repeat}"
+    runs = [(t or 1, [str(bench), "--size-mb", str(s)] + (["--thp"] if thp else []) +
+             (["--async"] if t else []) + ["--repeat", str(a.repeat)])
             for s in sizes for thp in (False, True)
             for t in [None] + (threads[:1] if thp else threads)]
-    script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl" for c in cmds)
     (out / "forkbench.jsonl").unlink(missing_ok=True)
-    print(f"fork_bench: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
-          f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}; sizes {sizes} MiB", flush=True)
-    try:
-        r = vm.run(a.kernel, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && "
-                   f"sysctl -qw vm.async_fork=1 && {script}",
-                   memory=memory, cpus=2,
-                   # Under TCG: about 10 s per GiB to touch, 5 per fork and check.
-                   timeout=600 + 2 * (3 + len(threads)) * sum(sizes) / 1024 * (10 + 5 * a.repeat),
-                   rwdirs=[out], log_path=out / "console.log")
-    except vm.VMError as e:
-        print(f"fork_bench: {e}", file=sys.stderr)
-        return 2
-    if not r.ok:
-        print("fork_bench: " + r.describe(), file=sys.stderr)
-        return 1
-
-    meta = {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
-            "guest_memory": memory, "guest_cpus": 2, "kvm": vm.kvm_usable(),
-            "sizes_mb": sizes, "repeat": a.repeat, "copy_threads": threads}
+    if on_machine:
+        print(f"fork_bench: on this machine ({native.machine()['kernel']}); sizes {sizes} MiB",
+              flush=True)
+        if not run_native(runs, out / "forkbench.jsonl"):
+            return 1
+        m = native.machine()
+        meta = {"mode": "native", "kernelrelease": m["kernel"], "machine": m, "kvm": None}
+    else:
+        cmds = [f"sysctl -qw vm.async_fork_copy_threads={t} && {shlex.join(argv)}"
+                for t, argv in runs]
+        script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl"
+                             for c in cmds)
+        print(f"fork_bench: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with "
+              f"{memory}, {'KVM' if vm.kvm_usable() else 'TCG emulation'}; sizes {sizes} MiB",
+              flush=True)
+        try:
+            r = vm.run(a.kernel, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && "
+                       f"sysctl -qw vm.async_fork=1 && {script}",
+                       memory=memory, cpus=2,
+                       # Under TCG: about 10 s per GiB to touch, 5 per fork and check.
+                       timeout=600 + 2 * (3 + len(threads)) * sum(sizes) / 1024 *
+                       (10 + 5 * a.repeat),
+                       rwdirs=[out], log_path=out / "console.log")
+        except vm.VMError as e:
+            print(f"fork_bench: {e}", file=sys.stderr)
+            return 2
+        if not r.ok:
+            print("fork_bench: " + r.describe(), file=sys.stderr)
+            return 1
+        meta = {"mode": "vm", "kernelrelease": vm.kernel_release(Path(a.kernel)),
+                "guest_memory": memory, "guest_cpus": 2, "kvm": vm.kvm_usable()}
+    meta.update(project=vm.git_describe(), sizes_mb=sizes, repeat=a.repeat,
+                copy_threads=threads)
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return report(out)
+
+
+def run_native(runs: list, jsonl: Path, root: Path = Path("/")) -> bool:
+    """forkbench on this machine: THP always, vm.async_fork=1 and each run's
+    vm.async_fork_copy_threads, all put back when the runs end, however
+    they end (Ctrl-C, SIGTERM, SIGHUP: the exception goes on afterwards)."""
+    settings = native.Settings(root)
+    old = native.stop_on_signals()
+    try:
+        settings.write(settings.path("/sys/kernel/mm/transparent_hugepage/enabled"), "always")
+        settings.write(settings.path("/proc/sys/vm/async_fork"), "1")
+        threads = settings.path("/proc/sys/vm/async_fork_copy_threads")
+        with open(jsonl, "a") as f:
+            for t, argv in runs:
+                settings.write(threads, str(t))
+                print(f"# vm.async_fork_copy_threads={t} {shlex.join(argv)}", file=sys.stderr,
+                      flush=True)
+                if subprocess.run(argv, stdout=f, check=False).returncode:
+                    print(f"fork_bench: {argv[0]} failed", file=sys.stderr)
+                    return False
+        return True
+    finally:
+        with native.held():
+            what = settings.describe()
+            errors = settings.restore()
+            native.put_back_signals(old)
+        for e in errors:
+            print(f"fork_bench: error: {e}", file=sys.stderr)
+        print(f"fork_bench: settings put back: {what}" if not errors else
+              "fork_bench: settings NOT all put back: see the errors above", flush=True)
+
+
+def platform(meta: dict) -> str:
+    if meta.get("mode") == "native":
+        return "native"
+    return "KVM" if meta["kvm"] else "TCG"
 
 
 def copy_threads_plot(plt, out: Path, meta: dict, sizes, threads, med) -> None:
@@ -138,7 +206,7 @@ def copy_threads_plot(plt, out: Path, meta: dict, sizes, threads, med) -> None:
     ax.set_ylabel("fork() call to the child's first instruction, ms (log)")
     ax.set_title(f"Async-fork: the child's copy against copy threads, 4 KiB pages\n"
                  f"dotted: the default fork of the same size ({meta['kernelrelease']}, "
-                 f"{'KVM' if meta['kvm'] else 'TCG'})", fontsize=10)
+                 f"{platform(meta)})", fontsize=10)
     ax.legend(fontsize=8, title="resident", title_fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -153,7 +221,8 @@ def report(out: Path) -> int:
     rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]
     sizes, threads = meta["sizes_mb"], meta["copy_threads"]
     print(f"\nfork() of a process with a resident anonymous heap, default fork and "
-          f"Async-fork in one boot,\nkernel {meta['kernelrelease']}, "
+          f"Async-fork {'natively' if meta.get('mode') == 'native' else 'in one boot'},"
+          f"\nkernel {meta['kernelrelease']}, "
           f"median of {meta['repeat']}; 'child runs': fork() call to the child's first instruction")
     print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'async ms':>9} {'ratio':>7} "
           f"{'child runs ms':>14} {'async':>9}")
@@ -193,7 +262,7 @@ def report(out: Path) -> int:
         ax.set_xlabel("resident anonymous memory")
         ax.set_ylabel("ms (log)")
         ax.set_title(f"fork() against memory size ({meta['kernelrelease']}, "
-                     f"{'KVM' if meta['kvm'] else 'TCG'})", fontsize=10)
+                     f"{platform(meta)})", fontsize=10)
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
         ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
@@ -203,10 +272,14 @@ def report(out: Path) -> int:
         if len(threads) > 1:
             copy_threads_plot(plt, out, meta, sizes, threads, med)
     print(f"raw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
-    if not meta["kvm"]:
+    if meta.get("mode", "vm") == "vm" and not meta["kvm"]:
         print("note: this guest runs under TCG emulation; compare ratios within one run, "
               "not absolute times.")
     return 0
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("fork_bench: interrupted", file=sys.stderr)
+        sys.exit(130)

