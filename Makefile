@@ -23,6 +23,9 @@
 #                      (FLAVOUR=cloud-amd64 or amd64; DEB_DBG=0 skips -dbg),
 #                      plus async-fork-tools, into $(BUILD)/debs/ (hours)
 #   make deb-config    only the packaged kernel's .config, checked against Debian's
+#   make test-deb      boot the package make deb built, with its modules, and run
+#                      the snapshot tests on it: Debian's defaults, then with KSM,
+#                      DAMON reclaim, MGLRU aging and NUMA balancing acting (~1 h)
 #   make tools-deb     only the async-fork-tools package (seconds)
 #
 # Everything generated lands in $(BUILD) (ignored by git).
@@ -45,12 +48,12 @@ KSRC := $(BUILD)/linux
 
 .PHONY: all setup source kernel-lean kernel-debug kernel-kasan kernel-kcsan selftests upstream-selftests \
 	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm \
-	deb deb-config tools-deb clean distclean help
+	deb deb-config test-deb tools-deb clean distclean help
 
 all: help
 
 help:
-	@sed -n '2,29s/^# \{0,1\}//p' Makefile
+	@sed -n '2,32s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -100,6 +103,9 @@ deb: source tools-deb
 
 deb-config: source
 	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
+
+test-deb: selftests
+	@$(PYTHON) tests/deb_suite.py --flavour $(FLAVOUR) --build $(BUILD)
 
 tools-deb:
 	@scripts/build-tools-deb.sh $(BUILD)

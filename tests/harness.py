@@ -241,9 +241,11 @@ def read_programs(listfile: Path, bindir: Path, timeout: int) -> list[Program]:
 
 def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
               memory="4G", cpus=2, numa_nodes=2, boot_timeout=180,
-              sysctls: dict[str, str] | None = None, swap: str = "zram") -> SuiteRun:
+              sysctls: dict[str, str] | None = None, swap: str = "zram",
+              keep_thp: bool = False) -> SuiteRun:
     """Boot `kernel` once and run `programs` in it, in order, with swap on
-    `swap` ("zram" or "loop": see tests/guest/run-suite.sh)."""
+    `swap` ("zram" or "loop": see tests/guest/run-suite.sh), and THP on
+    madvise unless `keep_thp` (then as the kernel's config set it)."""
     outdir.mkdir(parents=True, exist_ok=True)
     for f in outdir.iterdir():
         f.unlink()
@@ -253,7 +255,8 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
         lines.append(f"sysctl-{k} 30 0 sysctl -w {shlex.quote(f'{k}={v}')}")
     lines += [f"{p.name} {p.timeout} {p.retries} {p.command}" for p in programs]
     suite.write_text("\n".join(lines) + "\n")
-    cmd = f"SWAP={shlex.quote(swap)} {TOP}/tests/guest/run-suite.sh {outdir} {suite}"
+    cmd = (f"SWAP={shlex.quote(swap)} THP={'keep' if keep_thp else 'madvise'} "
+           f"{TOP}/tests/guest/run-suite.sh {outdir} {suite}")
     # The guest is killed if the programs together overrun their timeouts.
     timeout = boot_timeout + sum((p.timeout + 30) * (1 + p.retries) for p in programs)
     start = time.time()

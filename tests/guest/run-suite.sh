@@ -1,7 +1,7 @@
 #!/bin/bash
 # Runs inside the guest (started by tests/harness.py through scripts/vm.py).
 #
-# Usage: [SWAP=zram|loop] run-suite.sh OUTDIR SUITE
+# Usage: [SWAP=zram|loop] [THP=keep] run-suite.sh OUTDIR SUITE
 #
 # SUITE has one test program a line: NAME TIMEOUT RETRIES COMMAND...  For
 # each one this writes OUTDIR/NAME.out (its KTAP output), OUTDIR/NAME.rc (its
@@ -18,9 +18,10 @@ suite=$2
 
 uname -r > "$out/kernelrelease"
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-# Reserve hugetlb pages for the tests that use them; THP on madvise.
+# Reserve hugetlb pages for the tests that use them; THP on madvise, or
+# as the kernel set it with THP=keep (make test-deb: Debian's "always").
 echo 64 > /proc/sys/vm/nr_hugepages
-echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
+[ "${THP:-madvise}" = keep ] || echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
 # Swap, so that swap-out paths run: on a compressed RAM disk (zram), or
 # with SWAP=loop on a loop device over tmpfs, where every swap-in goes
 # through the swap cache (zram's may skip it: docs/findings/memcg-zeros.md).

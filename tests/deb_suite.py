@@ -1,0 +1,190 @@
+"""make test-deb: the packaged kernel, tested as shipped.
+
+Unpacks the linux-image package that `make deb` built (BUILD/debs/FLAVOUR/)
+and boots its kernel image with its own modules under virtme-ng (which
+loads the modules the guest needs from the package's lib/modules), twice:
+
+  1. "defaults": Debian's settings left as they are (THP "always", the
+     multi-gen LRU on, NUMA balancing on, KSM and DAMON built in but idle):
+     fork_snapshot with the default fork and with every fork asynchronous,
+     async_fork, a short fork_stress and the Redis digest check.
+  2. "walkers": the same programs on two NUMA nodes, each started with its
+     memory mergeable by KSM (tests/guest/ksm-merge), ksmd scanning,
+     DAMON's reclaim module on, and MGLRU aging (with page-table walks)
+     and proactive reclaim every two seconds (tests/guest/walkers.sh); a
+     last program checks that each of those walkers did act.
+
+Judged as the suite judges a program (exit code, KTAP cases, no kernel
+report in the log).  Writes docs/results/test-deb-FLAVOUR-DATE.json whether
+it passed or not.
+"""
+
+import argparse
+import hashlib
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+import programs  # noqa: E402
+import soak  # noqa: E402
+
+TOP = programs.TOP
+GUEST = TOP / "tests/guest"
+
+
+def find_package(debs: Path) -> Path:
+    """The one linux-image package (not its -dbg) in @debs."""
+    found = [p for p in sorted(debs.glob("linux-image-*.deb"))
+             if not p.name.split("_")[0].endswith("-dbg")]
+    if not found:
+        raise SystemExit(f"test-deb: no linux-image package in {debs}: run 'make deb' first "
+                         f"(FLAVOUR= as for make deb)")
+    if len(found) > 1:
+        raise SystemExit(f"test-deb: several linux-image packages in {debs}: "
+                         + ", ".join(p.name for p in found) + "; remove the old ones")
+    return found[0]
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def unpack(deb: Path, dest: Path) -> Path:
+    """Unpack @deb into @dest/root (again only if it changed); returns the
+    kernel image, root/boot/vmlinuz-RELEASE."""
+    digest = sha256(deb)
+    stamp = dest / "unpacked.sha256"
+    root = dest / "root"
+    if not (stamp.exists() and stamp.read_text().strip() == digest):
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+        root.mkdir(parents=True)
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+        stamp.write_text(digest + "\n")
+    images = sorted((root / "boot").glob("vmlinuz-*"))
+    if len(images) != 1:
+        raise SystemExit(f"test-deb: expected one boot/vmlinuz-* in {deb.name}, found {len(images)}")
+    return images[0]
+
+
+def shipped_programs(stress_seconds: int) -> list[harness.Program]:
+    """fork_snapshot both ways, async_fork, a short fork_stress, Redis."""
+    own = {p.name: p for p in programs.own_programs()}
+    stress = {p.name: p for p in programs.stress_programs(stress_seconds, 1, 20000)}
+    return [own["fork_snapshot"], own["fork_snapshot_async"], own["async_fork"],
+            stress["fork_stress"], stress["redis_digest"]]
+
+
+def under_ksm(p: harness.Program) -> harness.Program:
+    """@p with all its memory mergeable by KSM."""
+    cmd = f"{GUEST / 'ksm-merge'} bash -c {shlex.quote(p.command)}"
+    return harness.Program(p.name, p.timeout, cmd, p.retries)
+
+
+def walker_programs(stress_seconds: int) -> list[harness.Program]:
+    walkers = GUEST / "walkers.sh"
+    progs = [harness.Program("walkers_on", 60, f"{walkers} on")]
+    progs += [under_ksm(p) for p in shipped_programs(stress_seconds)]
+    progs.append(harness.Program("walkers_check", 60, f"{walkers} check"))
+    return progs
+
+
+def judge_boot(label: str, run: harness.SuiteRun, progs: list[harness.Program]) -> dict:
+    runs = soak.fork_stress_runs(run, progs)
+    problems = soak.judge(run, progs, runs)
+    reports = run.vm.reports or []
+    for p in progs:
+        r = run.results[p.name]
+        print(f"test-deb: {label}: {p.name}: {'FAIL' if problems[p.name] else 'pass'} "
+              f"({r.elapsed:.0f} s, {len(r.cases)} cases)")
+        for line in problems[p.name]:
+            print("    " + line.replace("\n", "\n    "))
+    if reports:
+        print(f"test-deb: {label}: kernel reports in the console log:\n" + "\n\n".join(reports))
+    return {
+        "kernel": run.kernelrelease,
+        "seconds": round(run.vm.elapsed, 1),
+        "kernel_reports": len(reports),
+        "passed": not any(problems.values()) and not reports,
+        "programs": {p.name: {"passed": not problems[p.name],
+                              "seconds": round(run.results[p.name].elapsed, 1),
+                              "problems": [s.splitlines()[0] for s in problems[p.name]]}
+                     for p in progs},
+        "fork_stress_runs": runs,
+        "walkers": (run.results["walkers_check"].output
+                    if "walkers_check" in run.results else None),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--flavour", default="cloud-amd64")
+    ap.add_argument("--build", default=str(programs.BUILD),
+                    help="the build folder of make deb (default build)")
+    ap.add_argument("--memory", default="4G")
+    ap.add_argument("--cpus", type=int, default=3)
+    ap.add_argument("--stress-seconds", type=int, default=60,
+                    help="fork_stress run time in each boot (default 60)")
+    ap.add_argument("--record-dir", default=str(soak.RECORD_DIR))
+    a = ap.parse_args(argv)
+    build = Path(a.build)
+    deb = find_package(build / "debs" / a.flavour)
+    image = unpack(deb, build / "test-deb" / a.flavour)
+    missing = programs.missing(shipped_programs(a.stress_seconds))
+    if missing:
+        print(f"test-deb: not built: {', '.join(missing)}: run 'make test-deb'", file=sys.stderr)
+        return 2
+    print(f"test-deb: {deb.name}: booting {image.name} with its modules, twice", flush=True)
+    start = time.time()
+    boots = {}
+    progs = shipped_programs(a.stress_seconds)
+    run = harness.run_suite(image, progs, build / "results/test-deb-defaults",
+                            memory=a.memory, cpus=a.cpus, numa_nodes=1, swap="zram",
+                            keep_thp=True)
+    boots["defaults"] = judge_boot("defaults", run, progs)
+    progs = walker_programs(a.stress_seconds)
+    run = harness.run_suite(image, progs, build / "results/test-deb-walkers",
+                            memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
+                            keep_thp=True)
+    boots["walkers"] = judge_boot("walkers", run, progs)
+    finished = time.time()
+    version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    record = {
+        "package": deb.name,
+        "package_version": version,
+        "package_sha256": sha256(deb),
+        "flavour": a.flavour,
+        "commit": harness.vm.git_describe(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
+        "seconds": round(finished - start, 1),
+        "passed": all(b["passed"] for b in boots.values()),
+        "machine": soak.machine(a.cpus, a.memory, 2, "zram"),
+        "args": {"argv": argv, **vars(a)},
+        "boots": boots,
+    }
+    outdir = Path(a.record_dir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    stem = f"test-deb-{a.flavour}-{record['started'][:10]}"
+    path, n = outdir / f"{stem}.json", 1
+    while path.exists():
+        n += 1
+        path = outdir / f"{stem}-{n}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"test-deb: {'passed' if record['passed'] else 'FAILED'} in "
+          f"{(finished - start) / 60:.1f} min; record {path}")
+    return 0 if record["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""make test-deb's plan (tests/deb_suite.py), without booting anything."""
+
+import shlex
+
+import pytest
+
+import deb_suite
+
+
+def test_find_package_wants_make_deb_first(tmp_path):
+    with pytest.raises(SystemExit, match="run 'make deb' first"):
+        deb_suite.find_package(tmp_path)
+
+
+def test_find_package_skips_dbg_and_refuses_two(tmp_path):
+    (tmp_path / "linux-image-6.12.117-asyncfork-cloud-amd64-dbg_1_amd64.deb").touch()
+    img = tmp_path / "linux-image-6.12.117-asyncfork-cloud-amd64_1_amd64.deb"
+    img.touch()
+    assert deb_suite.find_package(tmp_path) == img
+    (tmp_path / "linux-image-6.12.118-asyncfork-cloud-amd64_1_amd64.deb").touch()
+    with pytest.raises(SystemExit, match="several"):
+        deb_suite.find_package(tmp_path)
+
+
+def test_walkers_boot_wraps_every_program_in_ksm_merge():
+    progs = deb_suite.walker_programs(30)
+    assert progs[0].name == "walkers_on" and progs[-1].name == "walkers_check"
+    shipped = deb_suite.shipped_programs(30)
+    assert [p.name for p in progs[1:-1]] == [p.name for p in shipped]
+    for p, orig in zip(progs[1:-1], shipped):
+        words = shlex.split(p.command)
+        assert words[0].endswith("tests/guest/ksm-merge")
+        assert words[1:3] == ["bash", "-c"] and words[3] == orig.command
+
+
+def test_shipped_programs_cover_both_modes():
+    names = [p.name for p in deb_suite.shipped_programs(30)]
+    assert names == ["fork_snapshot", "fork_snapshot_async", "async_fork",
+                     "fork_stress", "redis_digest"]
+    cmds = {p.name: p.command for p in deb_suite.shipped_programs(30)}
+    assert "vm.async_fork=0" in cmds["fork_snapshot"]
+    assert "vm.async_fork=2" in cmds["fork_snapshot_async"]
+    assert "-t 30" in cmds["fork_stress"]
