@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 # Async-fork: build, boot and test a patched Linux 6.12 LTS kernel.
 #
 #   make setup         install what the project needs (apt, pip into .venv)
@@ -53,7 +54,7 @@ KSRC := $(BUILD)/linux
 all: help
 
 help:
-	@sed -n '2,32s/^# \{0,1\}//p' Makefile
+	@sed -n '3,33s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)

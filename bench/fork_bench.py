@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
 """Benchmark: how long fork() stops a process with a large heap, default
 fork and Async-fork side by side in one boot.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Native runs of the demo and the benchmarks: on this machine, with its own
 CPUs and memory, when its running kernel has Async-fork, instead of in a
 guest of the lean kernel.

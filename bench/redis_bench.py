@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
 """Benchmark: the Redis (or Valkey) snapshot of the demo across dataset
 sizes, SET ratios, client counts and copy threads, in one boot of the lean
 kernel or natively on a machine whose kernel has Async-fork.

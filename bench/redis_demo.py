@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
 """The demo: an unmodified redis-server (or valkey-server) snapshots under
 load, with the default fork and with Async-fork, in one boot of the lean
 kernel, or natively on a machine whose kernel has Async-fork.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
 """Inside the guest (or natively): snapshot an unmodified redis-server or
 valkey-server under write load, once with the default fork and once with
 Async-fork, and check each RDB.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Configure and build one guest kernel flavour out of tree.
 #
 #   lean:  make tinyconfig + kernel/configs/lean.config

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # The debug guest kernel from the unpatched 6.12 tree (BUILD/pristine, as
 # "make source" unpacks it), to tell a behaviour of the 6.12 kernel from
 # one the series adds: same fragments as the debug kernel, minus the

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Build the upstream mm selftests of the prepared tree against its own uapi
 # headers, into BUILD_DIR/upstream-mm.  Only the programs the project runs.
 #

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Check that every prefix of the patch series applies and builds: the tree
 # with patches 1..k, for each k, must build the lean kernel (which has
 # CONFIG_ASYNC_FORK=y), the mm selftests if patch k touches them, and the

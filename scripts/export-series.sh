@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Export Async-fork kernel work from a git work tree of the prepared source
 # into the project: one patch per commit after BASE into kernel/patches
 # (numbered from 0003, after the selftest fixes), and the files the commits

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Make the kernel tree that every build uses:
 #
 #   BUILD/linux = Debian's linux-source-6.12 tarball

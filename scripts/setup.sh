@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Install everything the project needs on a Debian 12 machine.  Idempotent:
 # a second run only checks.  Needs root (or sudo) for apt.
 #

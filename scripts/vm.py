@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
 """Boot a built guest kernel under virtme-ng, run one command, judge the log.
 
 This is the whole boot layer of the harness: a thin wrapper over `vng --run`

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """pytest set-up: options, the kernel under test, and the suite boot.
 
 All kernel test programs run in a single boot of the debug kernel (the

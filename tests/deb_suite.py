@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """make test-deb: the packaged kernel, tested as shipped.
 
 Unpacks the linux-image package that `make deb` built (BUILD/debs/FLAVOUR/)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Run test programs in one guest boot and judge them on the host.
 
 A suite is a list of programs (name, timeout, command).  They run one after

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The programs of the suite boot (make test) and of the soak boot (make soak).
 
 Both run the same programs; the soak runs the randomized ones for longer.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """make soak: the randomized tests of the suite, for as long as asked.
 
 Boots one guest kernel (build/debug by default; `--kernel kasan` boots

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Bad input to the demo and the benchmarks: a clear message and a non-zero
 exit, at once, before any guest boots (each case must fail before the
 kernel is even looked at, so a hang or a boot is itself a failure)."""

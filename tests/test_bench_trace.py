@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The demo's reading of the tracepoints (bench/redis_snapshot.py Trace and
 bench/redis_demo.py syscall_summary), on tracefs text of the kernel's own
 formats: the server's proactive synchronizations, its child's copy and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """make test-deb's plan (tests/deb_suite.py), without booting anything."""
 
 import shlex

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The harness itself: bad input is refused clearly, a kernel report or a hung
 guest fails a run.  A harness that cannot fail proves nothing."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The sanitizer guest configs survive Kconfig: scripts/build-kernel.sh
 --config-only merges each flavour's fragments into a scratch folder, and
 refuses any option Kconfig dropped; here the options that make the flavour

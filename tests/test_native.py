@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Native mode of the demo and the benchmarks (bench/native.py), on the host:
 
   * the decision (the running kernel's /proc/sys/vm/async_fork, NATIVE=0/1,

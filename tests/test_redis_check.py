@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The Redis demo's snapshot check: it passes on an RDB written by a correct
 fork under load, and fails on an RDB that lost a write or changed a key the
 load never touched.  Runs on the host (its kernel's default fork) with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """KASAN and KCSAN reports fail a run; the boot lines of the kasan and kcsan
 kernels do not.  Host-only: the reports below follow the formats of
 mm/kasan/report.c (generic KASAN with CONFIG_KASAN_EXTRA_INFO) and

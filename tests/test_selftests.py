@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The project's own kselftest programs (tests/selftests), in the suite boot."""
 
 import warnings

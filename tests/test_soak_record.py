@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """make soak's record and judgement, on the host: fork_stress's counters are
 parsed from its output and summed over runs, a run that expected Async-fork
 and deferred nothing fails the soak, and the JSON record has the fields

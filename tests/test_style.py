@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Kernel style of what the project adds to the kernel: every patch of the
 series and every new C file pass scripts/checkpatch.pl --strict."""
 
@@ -40,3 +41,21 @@ def test_new_file_style(path):
         pytest.skip("no new C files yet")
     p = checkpatch(["-f", path])
     assert p.returncode == 0, p.stdout
+
+
+def source_files():
+    out = subprocess.run(["git", "ls-files"], capture_output=True, text=True, cwd=TOP,
+                         check=True).stdout.split()
+    return [f for f in out
+            if f.endswith((".py", ".sh", ".c", ".h")) or f.split("/")[-1] == "Makefile"
+            or f in (".ci/run", "tests/guest/ksm-merge")]
+
+
+def test_every_source_file_names_its_licence():
+    # LICENSE is GPL-2.0; each source file says so in its first lines.
+    missing = [f for f in source_files()
+               if "SPDX-License-Identifier: GPL-2.0" not in
+               "".join((TOP / f).read_text().splitlines(True)[:3])]
+    assert not missing, f"no SPDX-License-Identifier line: {missing}"
+    assert (TOP / "LICENSE").read_text().startswith(
+        "                    GNU GENERAL PUBLIC LICENSE\n                       Version 2")

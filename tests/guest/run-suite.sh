@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Runs inside the guest (started by tests/harness.py through scripts/vm.py).
 #
 # Usage: [SWAP=zram|loop] [THP=keep] run-suite.sh OUTDIR SUITE
