@@ -120,7 +120,7 @@ static const char * const without_region[] = {
 	"prctl_rejects_bad_arguments", "prctl_inherited_across_fork_and_exec",
 	"mmap_and_brk_next_to_pending_vma_do_not_wait",
 	"empty_fork_is_not_a_fallback", "secure_exec_clears_opt_in",
-	"oom_reaper_gives_up_pending_copy",
+	"oom_reaper_gives_up_pending_copy", "copy_helpers_stay_in_child_cpu_quota",
 };
 
 static bool needs_region(const char *test)
@@ -768,7 +768,7 @@ TEST_F_TIMEOUT(af, helper_copy_fails, 180)
 
 	set_sysctl(2);
 	set_long(THREADS, 4);
-	if (inject_alloc_failure("af_helper_work"))
+	if (inject_alloc_failure("af_helper_fn"))
 		SKIP(return, "no fail_page_alloc stack filter (FAULT_INJECTION_STACKTRACE_FILTER)");
 	for (tries = 0; tries < 5; tries++) {
 		pid = fork_checker(self->mem);
@@ -1553,6 +1553,137 @@ TEST_F_TIMEOUT(af, oom_reaper_gives_up_pending_copy, 180)
 	EXPECT_EQ(rmdir(REAP_CGROUP "/run"), 0);
 	EXPECT_EQ(rmdir(REAP_CGROUP "/slow"), 0);
 	EXPECT_EQ(rmdir(REAP_CGROUP), 0);
+}
+
+#define QUOTA_CGROUP	"/sys/fs/cgroup/async_fork_quota"
+#define QUOTA_MEM	(512UL << 20)
+
+/* Busy time of all CPUs so far (/proc/stat), in microseconds. */
+static long long cpus_busy_us(void)
+{
+	unsigned long long v[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "r");
+	int n;
+
+	if (!f)
+		return -1;
+	/* user nice system idle iowait irq softirq steal */
+	n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0],
+		   &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+	fclose(f);
+	if (n != 8)
+		return -1;
+	return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) * 1000000LL /
+	       sysconf(_SC_CLK_TCK);
+}
+
+/* A "key value" line of a cgroup file, or -1. */
+static long long cg_stat(const char *file, const char *key)
+{
+	char line[256];
+	long long val = -1;
+	size_t len = strlen(key);
+	FILE *f = fopen(file, "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, len) && line[len] == ' ')
+			val = strtoll(line + len + 1, NULL, 10);
+	fclose(f);
+	return val;
+}
+
+static long long now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+/*
+ * vm.async_fork_copy_threads=8, and the child sits in a cgroup with 10% of
+ * a CPU (cpu.max).  The copy helpers are threads of the child, so the
+ * whole copy runs in the child's cgroup and within its quota: the cgroup's
+ * CPU usage covers what the CPUs did meanwhile, and its quota throttled
+ * it.  Helpers outside the child's cgroups (kernel workers) would make the
+ * CPUs busy with work the cgroup never sees.
+ */
+TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
+{
+	long long busy, usage, throttled, start, wall;
+	int ready[2];
+	char *p, *mem, c;
+	pid_t child;
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	if (access(TRACING "events/async_fork/async_fork_child_done/enable", W_OK))
+		SKIP(return, "no tracefs at " TRACING);
+	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu"), 0);
+	rmdir(QUOTA_CGROUP);
+	ASSERT_EQ(mkdir(QUOTA_CGROUP, 0755), 0);
+	ASSERT_EQ(write_file(QUOTA_CGROUP "/cpu.max", "10000 100000"), 0);
+	p = mmap(NULL, QUOTA_MEM + SZ_2M, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(p, MAP_FAILED);
+	mem = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
+	madvise(mem, QUOTA_MEM, MADV_NOHUGEPAGE);
+	fill(mem, QUOTA_MEM, 13);
+	set_sysctl(2);
+	set_long(THREADS, 8);
+	write_file(TRACING "trace", "");
+	ASSERT_EQ(write_file(TRACING "events/async_fork/async_fork_child_done/enable", "1"), 0);
+
+	/*
+	 * Into the cgroup, on every CPU, before it runs and so copies.  It
+	 * says when it runs, which is after its copy, and then waits: its
+	 * exit, which unmaps the region, is no part of what is measured.
+	 */
+	ASSERT_EQ(pipe(ready), 0);
+	ASSERT_EQ(hold_next_child(true), 0);
+	child = fork();
+	if (child == 0) {
+		if (write(ready[1], "r", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	ASSERT_GT(child, 0);
+	ASSERT_EQ(move_to(QUOTA_CGROUP, child), 0);
+	ASSERT_EQ(run_on(child, -1), 0);
+	usage = cg_stat(QUOTA_CGROUP "/cpu.stat", "usage_usec");
+	throttled = cg_stat(QUOTA_CGROUP "/cpu.stat", "nr_throttled");
+	busy = cpus_busy_us();
+	start = now_us();
+	ASSERT_EQ(hold_next_child(false), 0);
+	ASSERT_EQ(read(ready[0], &c, 1), 1);
+	wall = now_us() - start;
+	busy = cpus_busy_us() - busy;
+	usage = cg_stat(QUOTA_CGROUP "/cpu.stat", "usage_usec") - usage;
+	throttled = cg_stat(QUOTA_CGROUP "/cpu.stat", "nr_throttled") - throttled;
+	kill(child, SIGKILL);
+	reap(child);
+	close(ready[0]);
+	close(ready[1]);
+	write_file(TRACING "events/async_fork/async_fork_child_done/enable", "0");
+	TH_LOG("copy: %lld us, CPUs busy %lld us, cgroup used %lld us, throttled %lld times",
+	       wall, busy, usage, throttled);
+
+	EXPECT_EQ(last_copy_threads(), 8);
+	/* The quota acted: the copy was long enough to prove something. */
+	EXPECT_GT(throttled, 0);
+	/* Within the quota: 10% of the time, give or take one period's. */
+	EXPECT_LE(usage, wall / 10 + 20000);
+	/*
+	 * And the CPUs did little besides.  /proc/stat samples at each tick:
+	 * allow half the usage and 20 ms for that and for noise.  Kernel
+	 * workers copying outside the cgroup would make it several times more.
+	 */
+	EXPECT_LE(busy, usage * 3 / 2 + 20000);
+	munmap(p, QUOTA_MEM + SZ_2M);
+	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
 }
 
 /*

@@ -22,10 +22,14 @@
  * that VMA.  The child, in turn, copies a table on demand if something
  * touches its memory before its copy is done (a signal frame, ptrace).
  *
- * The child may share its copy with kernel workers
+ * The child may share its copy with helper threads
  * (vm.async_fork_copy_threads): the tables are split into chunks of
  * AF_BATCH, handed out in address order to whichever thread asks next, and
- * the child waits for its helpers before it lets go of its links.
+ * the child waits for its helpers before it lets go of its links.  The
+ * helpers are user workers of the child, as io_uring's and vhost's are of
+ * their owners: threads of its process that never run user code, so that
+ * their CPU time, their placement and their number are the child's, under
+ * its cgroups (cpu.max, cpuset, pids.max) and rlimits.
  *
  * Lock rule
  *
@@ -73,13 +77,13 @@
 #include <linux/oom.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/task.h>
 #include <linux/slab.h>
 #include <linux/sysctl.h>
 #include <linux/task_work.h>
 #include <linux/userfaultfd_k.h>
 #include <linux/vmstat.h>
 #include <linux/wait_bit.h>
-#include <linux/workqueue.h>
 
 #define CREATE_TRACE_POINTS
 #include <trace/events/async_fork.h>
@@ -105,12 +109,6 @@ struct async_fork_link {
 	unsigned long first_chunk;	/* index of its first chunk */
 };
 
-/* A kernel worker that copies chunks for the child. */
-struct async_fork_helper {
-	struct work_struct work;
-	struct async_fork_ctx *ctx;
-};
-
 struct async_fork_ctx {
 	refcount_t ref;		/* child mm, task_work, each parent VMA */
 	atomic_t nr_pending;	/* links with marks left */
@@ -125,8 +123,9 @@ struct async_fork_ctx {
 	atomic_long_t next_chunk;
 	unsigned long nr_chunks;
 	atomic_long_t helper_pmds;	/* tables copied by helpers */
-	atomic_t nr_helpers;		/* helpers still running */
+	atomic_t nr_helpers;		/* helpers still copying */
 	struct completion helpers_done;
+	struct pid *helpers[AF_MAX_THREADS - 1];
 	struct mutex locks[AF_NR_LOCKS];	/* see the lock rule */
 	unsigned int nr_links;
 	unsigned int max_links;
@@ -855,6 +854,18 @@ static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 }
 
 /*
+ * A helper stops at a fatal signal (the child's whole process is going
+ * away, and the child fails the fork) and takes part in job control and
+ * the cgroup freezer between chunks, like the child's other threads.
+ */
+static bool af_helper_stop(void)
+{
+	struct ksignal ksig;
+
+	return signal_pending(current) && get_signal(&ksig);
+}
+
+/*
  * Copy chunks of @ctx until none is left or the copy has failed; the child
  * and its helpers all run this.  Returns the number of tables copied.
  */
@@ -877,7 +888,7 @@ static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
 			i++;
 		link = &ctx->links[i];
 		addr = link->start + (idx - link->first_chunk) * AF_CHUNK;
-		if (child && fatal_signal_pending(current))
+		if (child ? fatal_signal_pending(current) : af_helper_stop())
 			af_fail(ctx);
 		if (af_failed(ctx))
 			break;
@@ -890,69 +901,97 @@ static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
 	return pmds;
 }
 
-static void af_helper_work(struct work_struct *work)
+static int af_helper_fn(void *arg)
 {
-	struct async_fork_helper *h =
-		container_of(work, struct async_fork_helper, work);
-	struct async_fork_ctx *ctx = h->ctx;
+	struct async_fork_ctx *ctx = arg;
 
 	atomic_long_add(af_copy_chunks(ctx, false), &ctx->helper_pmds);
 	if (atomic_dec_and_test(&ctx->nr_helpers))
 		complete(&ctx->helpers_done);
+	do_exit(0);
 }
 
 /*
- * Start up to vm.async_fork_copy_threads - 1 helpers for the child's copy.
- * Returns their array (NULL if none), to be freed after helpers_done.
+ * Start up to vm.async_fork_copy_threads - 1 helpers for the child's copy,
+ * from the child, which must not have run user code yet.  Returns how many
+ * started: fewer, or none, if the child's limits forbid more threads (the
+ * child then copies the rest itself).
  */
-static struct async_fork_helper *af_start_helpers(struct mm_struct *mm,
-						  struct async_fork_ctx *ctx,
-						  unsigned int *nr)
+static unsigned int af_start_helpers(struct async_fork_ctx *ctx)
 {
+	struct kernel_clone_args args = {
+		.flags		= CLONE_FS | CLONE_UNTRACED | CLONE_VM |
+				  CLONE_THREAD | CLONE_SIGHAND,
+		.fn		= af_helper_fn,
+		.fn_arg		= ctx,
+		.name		= "async_fork",
+		.user_worker	= 1,
+		.no_files	= 1,
+	};
 	unsigned int i, n = READ_ONCE(sysctl_async_fork_copy_threads) - 1;
-	struct async_fork_helper *h;
 
 	n = min_t(unsigned long, n, ctx->nr_chunks - 1);
-	*nr = 0;
-	if (!n)
-		return NULL;
-	/* Fewer helpers, or none, if this fails: the child copies the rest. */
-	h = kcalloc(n, sizeof(*h), GFP_KERNEL | __GFP_NOWARN);
-	if (!h)
-		return NULL;
 	init_completion(&ctx->helpers_done);
-	atomic_set(&ctx->nr_helpers, n);
+	/* The starter's count: none completes before all have started. */
+	atomic_set(&ctx->nr_helpers, 1);
 	for (i = 0; i < n; i++) {
-		h[i].ctx = ctx;
-		INIT_WORK(&h[i].work, af_helper_work);
-		queue_work(system_unbound_wq, &h[i].work);
+		struct task_struct *tsk;
+
+		tsk = copy_process(NULL, 0, NUMA_NO_NODE, &args);
+		if (IS_ERR(tsk))
+			break;
+		ctx->helpers[i] = get_pid(task_pid(tsk));
+		atomic_inc(&ctx->nr_helpers);
+		wake_up_new_task(tsk);
 	}
-	*nr = n;
-	return h;
+	if (atomic_dec_and_test(&ctx->nr_helpers))
+		complete(&ctx->helpers_done);
+	return i;
+}
+
+/*
+ * Wait until the helpers have left the child's thread group, so that the
+ * child runs its first instruction single-threaded, as after any fork()
+ * (unshare(CLONE_NEWUSER) refuses a process with other threads, say).
+ * release_task() detaches a helper's pid, which wakes its pidfd waiters,
+ * and unlinks the helper from the thread group in one siglock section:
+ * taking siglock once after the last wake-up waits for the unlink.  Only
+ * a fatal signal ends the wait early (a tracer may hold a helper's exit).
+ */
+static void af_reap_helpers(struct async_fork_ctx *ctx, unsigned int nr)
+{
+	unsigned int i;
+
+	for (i = 0; i < nr; i++) {
+		struct pid *pid = ctx->helpers[i];
+
+		wait_event_killable(pid->wait_pidfd,
+				    !pid_has_task(pid, PIDTYPE_PID));
+		put_pid(pid);
+	}
+	spin_lock_irq(&current->sighand->siglock);
+	spin_unlock_irq(&current->sighand->siglock);
 }
 
 /* The child copies, with its helpers, before it returns to user space. */
 static void af_child_copy(struct mm_struct *mm, struct async_fork_ctx *ctx)
 {
-	struct async_fork_helper *helpers;
 	unsigned int nr_helpers;
 	unsigned long pmds;
 	int err = 0;
 
-	helpers = af_start_helpers(mm, ctx, &nr_helpers);
+	nr_helpers = af_start_helpers(ctx);
 	pmds = af_copy_chunks(ctx, true);
-	if (helpers) {
-		/*
-		 * The helpers use the links, which the child's VMAs must
-		 * outlive.  A fatal signal only makes them stop sooner.
-		 */
-		if (wait_for_completion_killable(&ctx->helpers_done)) {
-			af_fail(ctx);
-			wait_for_completion(&ctx->helpers_done);
-		}
-		kfree(helpers);
-		pmds += atomic_long_read(&ctx->helper_pmds);
+	/*
+	 * The helpers use the links, which the child's VMAs must outlive.
+	 * A fatal signal only makes them stop sooner.
+	 */
+	if (wait_for_completion_killable(&ctx->helpers_done)) {
+		af_fail(ctx);
+		wait_for_completion(&ctx->helpers_done);
 	}
+	af_reap_helpers(ctx, nr_helpers);
+	pmds += atomic_long_read(&ctx->helper_pmds);
 	if (af_failed(ctx))
 		af_rollback(ctx);
 	mmap_write_lock(mm);
