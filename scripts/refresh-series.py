@@ -26,6 +26,13 @@ def git(tree, *args):
                           capture_output=True, text=True).stdout
 
 
+def patch_subject(path):
+    """The subject of a patch file, without its [PATCH] tag."""
+    head = path.read_text().split("\n\n", 1)[0]
+    m = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.*(?:\n .*)*)", head, re.M)
+    return m.group(1).replace("\n ", " ").strip() if m else None
+
+
 def main(tree, base):
     series_file = PATCHES / "series"
     lines = series_file.read_text().splitlines()
@@ -33,14 +40,18 @@ def main(tree, base):
     own = [str(p.relative_to(TOP / "kernel/files")) for p in (TOP / "kernel/files").rglob("*")
            if p.is_file()]
     excl = [f":(exclude){f}" for f in own]
+    by_subject = {patch_subject(PATCHES / n): n for n in names}
     commits = git(tree, "rev-list", "--reverse", f"{base}..HEAD").split()
     for c in commits:
         subject = git(tree, "log", "-1", "--format=%s", c).strip()
         diff = git(tree, "format-patch", "-1", "--stdout", "--no-signature",
                    "--zero-commit", c, "--", ".", *excl)
         body = diff.split("\n---\n", 1)[1]
-        if subject in names:
-            path = PATCHES / subject
+        # A commit names its patch by the patch's file name (a tree made
+        # by hand) or by the patch's subject (a tree made with git am).
+        name = subject if subject in names else by_subject.get(subject)
+        if name:
+            path = PATCHES / name
             head = path.read_text().split("\n---\n", 1)[0]
         else:
             msg = git(tree, "log", "-1", "--format=%b", c).rstrip()
@@ -50,8 +61,10 @@ def main(tree, base):
             names.append(name)
             lines.append(name)
             path = PATCHES / name
-            head = (f"From: {AUTHOR}\nSubject: [PATCH] {subject}\n\n{msg}\n\n"
-                    f"Signed-off-by: {AUTHOR}")
+            sob = f"Signed-off-by: {AUTHOR}"
+            if sob not in msg:
+                msg += f"\n\n{sob}"
+            head = f"From: {AUTHOR}\nSubject: [PATCH] {subject}\n\n{msg}"
         path.write_text(head + "\n---\n" + body)
         print(path.name)
     series_file.write_text("\n".join(lines) + "\n")
