@@ -121,6 +121,7 @@ static const char * const without_region[] = {
 	"mmap_and_brk_next_to_pending_vma_do_not_wait",
 	"empty_fork_is_not_a_fallback", "secure_exec_clears_opt_in",
 	"oom_reaper_gives_up_pending_copy", "copy_helpers_stay_in_child_cpu_quota",
+	"freezer_freezes_child_after_its_copy", "ksm_zero_pages_counted_as_child_copies",
 };
 
 static bool needs_region(const char *test)
@@ -1577,21 +1578,27 @@ static long long cpus_busy_us(void)
 	       sysconf(_SC_CLK_TCK);
 }
 
-/* A "key value" line of a cgroup file, or -1. */
-static long long cg_stat(const char *file, const char *key)
+/* A "key value" line of @file, or @missing. */
+static long long key_value(const char *file, const char *key, long long missing)
 {
 	char line[256];
-	long long val = -1;
+	long long val = missing;
 	size_t len = strlen(key);
 	FILE *f = fopen(file, "r");
 
 	if (!f)
-		return -1;
+		return missing;
 	while (fgets(line, sizeof(line), f))
 		if (!strncmp(line, key, len) && line[len] == ' ')
 			val = strtoll(line + len + 1, NULL, 10);
 	fclose(f);
 	return val;
+}
+
+/* A "key value" line of a cgroup file, or -1. */
+static long long cg_stat(const char *file, const char *key)
+{
+	return key_value(file, key, -1);
 }
 
 static long long now_us(void)
@@ -1684,6 +1691,190 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	EXPECT_LE(busy, usage * 3 / 2 + 20000);
 	munmap(p, QUOTA_MEM + SZ_2M);
 	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
+}
+
+/*
+ * The cgroup freezer freezes a child that is still copying with helpers:
+ * the child finishes its copy first, then freezes.  A helper that froze
+ * itself (or stopped for job control) would leave the child waiting for
+ * it where the freezer cannot reach the child, and the cgroup would never
+ * report frozen.  The child runs a fifth of a CPU so that it is still
+ * copying when the freeze comes.
+ */
+TEST_F_TIMEOUT(af, freezer_freezes_child_after_its_copy, 180)
+{
+	struct pollfd pfd;
+	int ready[2], i;
+	char *p, *mem, c;
+	pid_t child;
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu"), 0);
+	rmdir(QUOTA_CGROUP);
+	ASSERT_EQ(mkdir(QUOTA_CGROUP, 0755), 0);
+	ASSERT_EQ(write_file(QUOTA_CGROUP "/cpu.max", "20000 100000"), 0);
+	p = mmap(NULL, QUOTA_MEM + SZ_2M, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(p, MAP_FAILED);
+	mem = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
+	madvise(mem, QUOTA_MEM, MADV_NOHUGEPAGE);
+	fill(mem, QUOTA_MEM, 14);
+	set_sysctl(2);
+	set_long(THREADS, 4);
+
+	ASSERT_EQ(pipe(ready), 0);
+	ASSERT_EQ(hold_next_child(true), 0);
+	child = fork();
+	if (child == 0) {
+		if (write(ready[1], "r", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	ASSERT_GT(child, 0);
+	ASSERT_EQ(move_to(QUOTA_CGROUP, child), 0);
+	ASSERT_EQ(run_on(child, -1), 0);
+	ASSERT_EQ(hold_next_child(false), 0);
+	usleep(300000);
+	pfd = (struct pollfd){ .fd = ready[0], .events = POLLIN };
+	/* Still copying: else the case proves nothing. */
+	ASSERT_EQ(poll(&pfd, 1, 0), 0);
+	ASSERT_EQ(write_file(QUOTA_CGROUP "/cgroup.freeze", "1"), 0);
+	for (i = 0; i < 600; i++) {
+		if (cg_stat(QUOTA_CGROUP "/cgroup.events", "frozen") == 1)
+			break;
+		usleep(100000);
+	}
+	EXPECT_LT(i, 600) {
+		TH_LOG("the cgroup was not frozen after 60 s");
+	}
+	ASSERT_EQ(write_file(QUOTA_CGROUP "/cgroup.freeze", "0"), 0);
+	/* Thawed, it runs: its copy was done. */
+	EXPECT_EQ(read(ready[0], &c, 1), 1);
+	kill(child, SIGKILL);
+	EXPECT_TRUE(WIFSIGNALED(reap(child)));
+	close(ready[0]);
+	close(ready[1]);
+	munmap(p, QUOTA_MEM + SZ_2M);
+	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
+}
+
+#define KSM		"/sys/kernel/mm/ksm/"
+#define KSM_MEM		(16UL << 20)
+#define NO_VALUE	(-(1LL << 62))
+
+static long long ksm_zero_pages(pid_t pid)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/ksm_stat", pid);
+	return key_value(path, "ksm_zero_pages", NO_VALUE);
+}
+
+/* Let ksmd merge until @pid has @want KSM zero pages (60 s at most). */
+static long long ksm_merge_until(pid_t pid, long long want)
+{
+	time_t end = time(NULL) + 60;
+	long long have;
+
+	write_file(KSM "run", "1");
+	while ((have = ksm_zero_pages(pid)) < want && time(NULL) < end)
+		usleep(20000);
+	write_file(KSM "run", "0");
+	return ksm_zero_pages(pid);
+}
+
+/*
+ * KSM's zero pages (use_zero_pages) are counted per process and in all.
+ * A child must count the KSM zero pages it maps, when it maps them: not
+ * the parent's count at fork, which is wrong for a child killed before
+ * its copy (it maps none, and its exit gives none back) and for memory
+ * fork() does not copy (MADV_DONTFORK).  Either way the total would keep
+ * pages that nobody maps.
+ */
+TEST_F_TIMEOUT(af, ksm_zero_pages_counted_as_child_copies, 180)
+{
+	long saved_run, saved_zero, saved_scan, saved_sleep;
+	long long total, mine, theirs;
+	const long long pages = KSM_MEM / 4096;
+	int ready[2];
+	char *p, *mem;
+	pid_t child;
+
+	saved_zero = read_long(KSM "use_zero_pages");
+	if (saved_zero < 0 || ksm_zero_pages(getpid()) == NO_VALUE)
+		SKIP(return, "no KSM zero pages (CONFIG_KSM, 6.10+)");
+	saved_run = read_long(KSM "run");
+	saved_scan = read_long(KSM "pages_to_scan");
+	saved_sleep = read_long(KSM "sleep_millisecs");
+	ASSERT_EQ(write_file(KSM "run", "0"), 0);
+	ASSERT_EQ(write_file(KSM "use_zero_pages", "1"), 0);
+	ASSERT_EQ(write_file(KSM "pages_to_scan", "4096"), 0);
+	ASSERT_EQ(write_file(KSM "sleep_millisecs", "0"), 0);
+	total = read_long(KSM "ksm_zero_pages");
+	p = mmap(NULL, KSM_MEM + SZ_2M, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ASSERT_NE(p, MAP_FAILED);
+	mem = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
+	madvise(mem, KSM_MEM, MADV_NOHUGEPAGE);
+	/* Written, so real pages, that hold zeros: ksmd maps the zero page. */
+	memset(mem, 0, KSM_MEM);
+	ASSERT_EQ(madvise(mem, KSM_MEM, MADV_MERGEABLE), 0);
+	mine = ksm_merge_until(getpid(), pages);
+	ASSERT_EQ(mine, pages);
+	ASSERT_EQ(read_long(KSM "ksm_zero_pages"), total + mine);
+	set_sysctl(2);
+	set_long(THREADS, 1);
+	ASSERT_EQ(pipe(ready), 0);
+
+	/* A child that copies maps, and counts, every one of them. */
+	child = fork();
+	if (child == 0) {
+		theirs = ksm_zero_pages(getpid());
+		_exit(write(ready[1], &theirs, sizeof(theirs)) != sizeof(theirs));
+	}
+	ASSERT_GT(child, 0);
+	ASSERT_EQ(read(ready[0], &theirs, sizeof(theirs)), (ssize_t)sizeof(theirs));
+	EXPECT_EQ(reap(child), 0);
+	EXPECT_EQ(theirs, mine);
+	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total + mine);
+
+	/* Killed before its copy, it never maps them: the total is the same. */
+	ASSERT_EQ(hold_next_child(true), 0);
+	child = fork();
+	if (child == 0)
+		_exit(0);
+	if (child > 0)
+		kill(child, SIGKILL);
+	ASSERT_EQ(hold_next_child(false), 0);
+	ASSERT_GT(child, 0);
+	reap(child);
+	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total + mine) {
+		TH_LOG("a child killed before its copy left its pages counted");
+	}
+
+	/* Memory that fork() does not copy: the child has none of them. */
+	ASSERT_EQ(madvise(mem, KSM_MEM, MADV_DONTFORK), 0);
+	child = fork();
+	if (child == 0) {
+		theirs = ksm_zero_pages(getpid());
+		_exit(write(ready[1], &theirs, sizeof(theirs)) != sizeof(theirs));
+	}
+	ASSERT_GT(child, 0);
+	ASSERT_EQ(read(ready[0], &theirs, sizeof(theirs)), (ssize_t)sizeof(theirs));
+	EXPECT_EQ(reap(child), 0);
+	EXPECT_EQ(theirs, 0);
+	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total + mine);
+
+	munmap(p, KSM_MEM + SZ_2M);
+	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total);
+	close(ready[0]);
+	close(ready[1]);
+	set_long(KSM "use_zero_pages", saved_zero);
+	set_long(KSM "pages_to_scan", saved_scan);
+	set_long(KSM "sleep_millisecs", saved_sleep);
+	set_long(KSM "run", saved_run);
 }
 
 /*

@@ -69,12 +69,14 @@
  */
 
 #include <linux/async_fork.h>
+#include <linux/completion.h>
 #include <linux/kcsan-checks.h>
 #include <linux/memcontrol.h>
 #include <linux/mm.h>
 #include <linux/mmu_notifier.h>
 #include <linux/mutex.h>
 #include <linux/oom.h>
+#include <linux/pid.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
 #include <linux/sched/task.h>
@@ -854,18 +856,6 @@ static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
 }
 
 /*
- * A helper stops at a fatal signal (the child's whole process is going
- * away, and the child fails the fork) and takes part in job control and
- * the cgroup freezer between chunks, like the child's other threads.
- */
-static bool af_helper_stop(void)
-{
-	struct ksignal ksig;
-
-	return signal_pending(current) && get_signal(&ksig);
-}
-
-/*
  * Copy chunks of @ctx until none is left or the copy has failed; the child
  * and its helpers all run this.  Returns the number of tables copied.
  */
@@ -888,7 +878,13 @@ static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
 			i++;
 		link = &ctx->links[i];
 		addr = link->start + (idx - link->first_chunk) * AF_CHUNK;
-		if (child ? fatal_signal_pending(current) : af_helper_stop())
+		/*
+		 * Only a fatal signal stops a copier: a helper that stopped
+		 * for job control, the freezer or a tracer would leave the
+		 * child waiting for it where none of those can reach the
+		 * child.  The child stops, or freezes, once its copy is done.
+		 */
+		if (fatal_signal_pending(current))
 			af_fail(ctx);
 		if (af_failed(ctx))
 			break;
@@ -914,8 +910,9 @@ static int af_helper_fn(void *arg)
 /*
  * Start up to vm.async_fork_copy_threads - 1 helpers for the child's copy,
  * from the child, which must not have run user code yet.  Returns how many
- * started: fewer, or none, if the child's limits forbid more threads (the
- * child then copies the rest itself).
+ * started: fewer, or none, if the child's limits forbid more threads or a
+ * signal is pending for it (copy_process() fails then); the child copies
+ * the rest itself.
  */
 static unsigned int af_start_helpers(struct async_fork_ctx *ctx)
 {
@@ -970,6 +967,8 @@ static void af_reap_helpers(struct async_fork_ctx *ctx, unsigned int nr)
 		put_pid(pid);
 	}
 	spin_lock_irq(&current->sighand->siglock);
+	WARN_ON_ONCE(!thread_group_empty(current) &&
+		     !fatal_signal_pending(current));
 	spin_unlock_irq(&current->sighand->siglock);
 }
 
