@@ -6,7 +6,10 @@
 #   make kernel-lean   build the lean guest kernel (benchmarks, demo)
 #   make kernel-kasan  build the debug kernel with generic KASAN (make soak KERNEL=kasan)
 #   make kernel-kcsan  build the debug kernel with KCSAN (data-race runs)
-#   make test          build the debug kernel and the tests, boot, run them
+#   make check         the fast checks (under a minute): ruff, shellcheck,
+#                      checkpatch on the series, the host-only tests
+#   make test          make check, then build the debug kernel and the tests,
+#                      boot, run them
 #   make demo          build the lean kernel, snapshot Redis under load, both ways
 #                      (SERVER=valkey: Valkey; NATIVE=1/0: on this machine or in
 #                      the VM; by default native when it runs an Async-fork kernel)
@@ -47,14 +50,14 @@ GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-
 
 KSRC := $(BUILD)/linux
 
-.PHONY: all setup source kernel-lean kernel-debug kernel-kasan kernel-kcsan selftests upstream-selftests \
+.PHONY: all setup source check kernel-lean kernel-debug kernel-kasan kernel-kcsan selftests upstream-selftests \
 	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm \
 	deb deb-config test-deb tools-deb clean distclean help
 
 all: help
 
 help:
-	@sed -n '3,33s/^# \{0,1\}//p' Makefile
+	@sed -n '3,36s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -87,8 +90,15 @@ bench-fork: $(GUEST_KERNEL) bench-programs
 bench-redis: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) bench/redis_bench.py $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
 
-test: kernel-debug selftests upstream-selftests bench-programs
-	@$(PYTHON) -m pytest tests $(PYTEST_ARGS)
+SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh .ci/run
+
+check: source
+	@.venv/bin/ruff check bench scripts tests
+	@shellcheck $(SHELL_SCRIPTS)
+	@$(PYTHON) -m pytest -q -p no:cacheprovider -m "not guest and not slow" tests
+
+test: check kernel-debug selftests upstream-selftests bench-programs
+	@$(PYTHON) -m pytest -m "guest or slow" tests $(PYTEST_ARGS)
 
 soak: kernel-$(KERNEL) selftests
 	@$(PYTHON) tests/soak.py --kernel $(KERNEL) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)

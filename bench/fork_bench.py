@@ -219,7 +219,7 @@ def copy_threads_plot(plt, out: Path, meta: dict, sizes, threads, med) -> None:
 def report(out: Path) -> int:
     """Print the tables of a run and plot it (fork-vs-size.png)."""
     meta = json.loads((out / "meta.json").read_text())
-    rows = [json.loads(l) for l in (out / "forkbench.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (out / "forkbench.jsonl").read_text().splitlines()]
     sizes, threads = meta["sizes_mb"], meta["copy_threads"]
     print(f"\nfork() of a process with a resident anonymous heap, default fork and "
           f"Async-fork {'natively' if meta.get('mode') == 'native' else 'in one boot'},"

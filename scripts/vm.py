@@ -111,7 +111,7 @@ def tail(text: str, n: int) -> str:
 
 def kernel_reports(log: str, context: int = 40) -> list[str]:
     """Excerpts of every kernel report in a kernel log, one per report."""
-    lines = [TIMESTAMP_RE.sub("", l) for l in log.splitlines()]
+    lines = [TIMESTAMP_RE.sub("", line) for line in log.splitlines()]
     out, i = [], 0
     while i < len(lines):
         line = lines[i]

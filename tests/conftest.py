@@ -35,6 +35,15 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "guest: boots a guest kernel")
+    config.addinivalue_line("markers", "slow: a host-only test of several seconds "
+                            "(make test runs it, make check does not)")
+
+
+def pytest_collection_modifyitems(items):
+    # A test that uses the suite boot boots a guest: make check leaves it out.
+    for item in items:
+        if "guest" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.guest)
 
 
 def pytest_report_header(config):

@@ -143,6 +143,7 @@ def assert_debian_plus_changes(config: dict, flavour: str, where: str):
     assert config.get("CONFIG_XEN_PV") == "y" and config.get("CONFIG_ASYNC_FORK") == "y"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_olddefconfig_gives_debian_plus_changes(flavour, tmp_path):
     """The configuration step of make deb, for real (seconds, no build)."""
@@ -235,6 +236,7 @@ def stand_in_make(tmp_path):
     return build, build_deb
 
 
+@pytest.mark.slow
 def test_build_deb_around_the_build(stand_in_make):
     """Everything of make deb but the compiler: the arguments the build gets,
     where the packages land, and the checks of what was packaged."""
@@ -255,6 +257,7 @@ def test_build_deb_around_the_build(stand_in_make):
     assert "modules (ext4.ko.xz checked: signed), BTF" in r.stdout
 
 
+@pytest.mark.slow
 def test_build_deb_refuses_unsigned_modules(stand_in_make):
     _, build_deb = stand_in_make
     r = build_deb(UNSIGNED="1")

@@ -29,6 +29,7 @@ def build_kernel(*args, timeout=300):
                           timeout=timeout, cwd=TOP, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 def test_sanitizer_config(flavour, tmp_path):
     if not (BUILD / "linux/Makefile").exists():

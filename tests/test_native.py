@@ -306,6 +306,7 @@ def test_signal_during_a_run_puts_everything_back(tmp_path, sig, rc):
     assert not port_open(port + 1)
 
 
+@pytest.mark.slow
 def test_native_demo_with_a_fake_root(tmp_path):
     # The demo's whole native path (decision, run, check, table, JSON) on
     # this host, with a fake / whose vm.async_fork exists.
@@ -331,6 +332,7 @@ def test_native_demo_with_a_fake_root(tmp_path):
     assert_put_back(root)
 
 
+@pytest.mark.slow
 def test_native_bench_report(tmp_path):
     # redis_bench's native runs and its report, one configuration.
     needs_servers()

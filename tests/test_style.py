@@ -13,7 +13,7 @@ CHECKPATCH = BUILD / "linux/scripts/checkpatch.pl"
 
 def series():
     lines = (TOP / "kernel/patches/series").read_text().splitlines()
-    return [l.split()[0] for l in lines if l.strip() and not l.startswith("#")]
+    return [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
 
 
 def checkpatch(args, stdin=None):

@@ -55,7 +55,7 @@ dump_tasks() {
 			fi
 		done 2>/dev/null < "$t/status" || continue
 		# A kernel thread has an empty command line (its size reads 0 for all).
-		cmd= comm= wchan=
+		cmd='' comm='' wchan=''
 		IFS= read -r -d '' cmd 2>/dev/null < "$t/cmdline"
 		if [ -z "$cmd" ]; then
 			case "$state" in S*|I*) continue ;; esac
