@@ -1693,6 +1693,45 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
 }
 
+#define PIDS_CGROUP	"/sys/fs/cgroup/async_fork_pids"
+
+/*
+ * The copy helpers are tasks of the child's cgroup: with pids.max at 2
+ * for this process and its child, the child may start no helper, and
+ * copies alone.  Its snapshot holds, the trace says one thread copied,
+ * and the pids controller saw the refused helpers.
+ */
+TEST_F_TIMEOUT(af, copy_helpers_within_pids_max, 180)
+{
+	long long refused;
+	pid_t child;
+
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	if (access(TRACING "events/async_fork/async_fork_child_done/enable", W_OK))
+		SKIP(return, "no tracefs at " TRACING);
+	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+pids"), 0);
+	rmdir(PIDS_CGROUP);
+	ASSERT_EQ(mkdir(PIDS_CGROUP, 0755), 0);
+	ASSERT_EQ(write_file(PIDS_CGROUP "/pids.max", "2"), 0);
+	refused = cg_stat(PIDS_CGROUP "/pids.events", "max");
+	set_sysctl(2);
+	set_long(THREADS, 4);
+	write_file(TRACING "trace", "");
+	ASSERT_EQ(write_file(TRACING "events/async_fork/async_fork_child_done/enable", "1"), 0);
+	/* The child is born in the cgroup, beside this process. */
+	ASSERT_EQ(move_to(PIDS_CGROUP, getpid()), 0);
+	child = fork_checker(self->mem);
+	fill(self->mem, REGION, 2);
+	EXPECT_EQ(move_to("/sys/fs/cgroup", getpid()), 0);
+	ASSERT_GT(child, 0);
+	EXPECT_EQ(reap(child), 0);
+	write_file(TRACING "events/async_fork/async_fork_child_done/enable", "0");
+	EXPECT_EQ(last_copy_threads(), 1);
+	EXPECT_GT(cg_stat(PIDS_CGROUP "/pids.events", "max"), refused);
+	EXPECT_EQ(rmdir(PIDS_CGROUP), 0);
+}
+
 /*
  * The cgroup freezer freezes a child that is still copying with helpers:
  * the child finishes its copy first, then freezes.  A helper that froze
