@@ -22,7 +22,6 @@ it passed or not.
 
 import argparse
 import hashlib
-import json
 import shlex
 import subprocess
 import sys
@@ -103,12 +102,7 @@ def judge_boot(label: str, run: harness.SuiteRun, progs: list[harness.Program]) 
     runs = soak.fork_stress_runs(run, progs)
     problems = soak.judge(run, progs, runs)
     reports = run.vm.reports or []
-    for p in progs:
-        r = run.results[p.name]
-        print(f"test-deb: {label}: {p.name}: {'FAIL' if problems[p.name] else 'pass'} "
-              f"({r.elapsed:.0f} s, {len(r.cases)} cases)")
-        for line in problems[p.name]:
-            print("    " + line.replace("\n", "\n    "))
+    soak.print_judgement(f"test-deb: {label}: ", run, progs, problems)
     if reports:
         print(f"test-deb: {label}: kernel reports in the console log:\n" + "\n\n".join(reports))
     return {
@@ -174,14 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": {"argv": argv, **vars(a)},
         "boots": boots,
     }
-    outdir = Path(a.record_dir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    stem = f"test-deb-{a.flavour}-{record['started'][:10]}"
-    path, n = outdir / f"{stem}.json", 1
-    while path.exists():
-        n += 1
-        path = outdir / f"{stem}-{n}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    path = soak.write_record(record, Path(a.record_dir), a.flavour, kind="test-deb")
     print(f"test-deb: {'passed' if record['passed'] else 'FAILED'} in "
           f"{(finished - start) / 60:.1f} min; record {path}")
     return 0 if record["passed"] else 1

@@ -124,6 +124,21 @@ def judge(run: harness.SuiteRun, progs: list[harness.Program],
     return problems
 
 
+def print_judgement(prefix: str, run: harness.SuiteRun, progs: list[harness.Program],
+                    problems: dict[str, list[str]]) -> None:
+    """One line per program, pass or FAIL, then its problems and the tails
+    of its repeated runs."""
+    for p in progs:
+        r = run.results[p.name]
+        print(f"{prefix}{p.name}: {'FAIL' if problems[p.name] else 'pass'} ({r.elapsed:.0f} s, "
+              f"{len(r.cases)} cases)")
+        for line in problems[p.name]:
+            print("    " + line.replace("\n", "\n    "))
+        for i, failed_out in enumerate(r.failed_runs, 1):
+            print(f"    run {i} failed and was repeated; its output tail:\n      " +
+                  harness.vm.tail(failed_out, 20).replace("\n", "\n      "))
+
+
 def file_sha256(path: Path) -> str | None:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -201,11 +216,11 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
     }
 
 
-def write_record(record: dict, outdir: Path, kernel_name: str) -> Path:
-    """Write @record as soak-KERNEL-DATE.json in @outdir (DATE from its
-    start, UTC); a later soak of the same day gets -2, -3...: none is lost."""
+def write_record(record: dict, outdir: Path, kernel_name: str, kind: str = "soak") -> Path:
+    """Write @record as KIND-KERNEL-DATE.json in @outdir (DATE from its
+    start, UTC); a later run of the same day gets -2, -3...: none is lost."""
     outdir.mkdir(parents=True, exist_ok=True)
-    stem = f"soak-{kernel_name}-{record['started'][:10]}"
+    stem = f"{kind}-{kernel_name}-{record['started'][:10]}"
     path, n = outdir / f"{stem}.json", 1
     while path.exists():
         n += 1
@@ -275,15 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     finished = time.time()
     runs = fork_stress_runs(run, progs)
     problems = judge(run, progs, runs)
-    for p in progs:
-        r = run.results[p.name]
-        print(f"soak: {p.name}: {'FAIL' if problems[p.name] else 'pass'} ({r.elapsed:.0f} s, "
-              f"{len(r.cases)} cases)")
-        for line in problems[p.name]:
-            print("    " + line.replace("\n", "\n    "))
-        for i, failed_out in enumerate(r.failed_runs, 1):
-            print(f"    run {i} failed and was repeated; its output tail:\n      " +
-                  harness.vm.tail(failed_out, 20).replace("\n", "\n      "))
+    print_judgement("soak: ", run, progs, problems)
     for s in runs:
         if s["forks"] is None:
             print(f"soak: {s['program']} (run {s['run']}) printed no counter line "

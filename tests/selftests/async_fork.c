@@ -66,18 +66,31 @@ static void set_sysctl(long val)
 	set_long("/proc/sys/vm/async_fork", val);
 }
 
-/* REGION bytes of 4 KiB anonymous memory, PMD-aligned, filled with seed 1. */
-static char *region(void)
+/*
+ * @size bytes of 4 KiB anonymous memory, PMD-aligned (so that a fork defers
+ * all of it); *@base is what to munmap(), @size + SZ_2M bytes.
+ */
+static char *aligned_region(size_t size, char **base)
 {
-	char *p = mmap(NULL, REGION + SZ_2M, PROT_READ | PROT_WRITE,
+	char *p = mmap(NULL, size + SZ_2M, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	char *a;
 
 	if (p == MAP_FAILED)
 		return NULL;
 	a = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
-	madvise(a, REGION, MADV_NOHUGEPAGE);
-	fill(a, REGION, 1);
+	madvise(a, size, MADV_NOHUGEPAGE);
+	*base = p;
+	return a;
+}
+
+/* REGION bytes of 4 KiB anonymous memory, PMD-aligned, filled with seed 1. */
+static char *region(void)
+{
+	char *base, *a = aligned_region(REGION, &base);
+
+	if (a)
+		fill(a, REGION, 1);
 	return a;
 }
 
@@ -1609,6 +1622,46 @@ static long long now_us(void)
 	return ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
 }
 
+/* QUOTA_CGROUP, new, with cpu.max @max; 0 or -1. */
+static int quota_cgroup(const char *max)
+{
+	if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu"))
+		return -1;
+	rmdir(QUOTA_CGROUP);
+	if (mkdir(QUOTA_CGROUP, 0755))
+		return -1;
+	return write_file(QUOTA_CGROUP "/cpu.max", max) ? -1 : 0;
+}
+
+/*
+ * Fork a child that writes one byte to @ready once it runs, which is after
+ * its copy, then waits to be killed (its exit, which unmaps, stays out of
+ * what the caller measures); move it into QUOTA_CGROUP, on every CPU,
+ * before it runs.  Returns with the child still held (hold_next_child()),
+ * or -1.
+ */
+static pid_t held_child_in_quota(int ready)
+{
+	pid_t child;
+
+	if (hold_next_child(true))
+		return -1;
+	child = fork();
+	if (child == 0) {
+		if (write(ready, "r", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	if (child < 0 || move_to(QUOTA_CGROUP, child) || run_on(child, -1)) {
+		if (child > 0)
+			kill(child, SIGKILL);
+		hold_next_child(false);
+		return -1;
+	}
+	return child;
+}
+
 /*
  * vm.async_fork_copy_threads=8, and the child sits in a cgroup with 10% of
  * a CPU (cpu.max).  The copy helpers are threads of the child, so the
@@ -1621,45 +1674,24 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 {
 	long long busy, usage, throttled, start, wall;
 	int ready[2];
-	char *p, *mem, c;
+	char *base, *mem, c;
 	pid_t child;
 
 	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
 		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
 	if (access(TRACING "events/async_fork/async_fork_child_done/enable", W_OK))
 		SKIP(return, "no tracefs at " TRACING);
-	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu"), 0);
-	rmdir(QUOTA_CGROUP);
-	ASSERT_EQ(mkdir(QUOTA_CGROUP, 0755), 0);
-	ASSERT_EQ(write_file(QUOTA_CGROUP "/cpu.max", "10000 100000"), 0);
-	p = mmap(NULL, QUOTA_MEM + SZ_2M, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(p, MAP_FAILED);
-	mem = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
-	madvise(mem, QUOTA_MEM, MADV_NOHUGEPAGE);
+	ASSERT_EQ(quota_cgroup("10000 100000"), 0);
+	mem = aligned_region(QUOTA_MEM, &base);
+	ASSERT_NE(mem, NULL);
 	fill(mem, QUOTA_MEM, 13);
 	set_sysctl(2);
 	set_long(THREADS, 8);
 	write_file(TRACING "trace", "");
 	ASSERT_EQ(write_file(TRACING "events/async_fork/async_fork_child_done/enable", "1"), 0);
-
-	/*
-	 * Into the cgroup, on every CPU, before it runs and so copies.  It
-	 * says when it runs, which is after its copy, and then waits: its
-	 * exit, which unmaps the region, is no part of what is measured.
-	 */
 	ASSERT_EQ(pipe(ready), 0);
-	ASSERT_EQ(hold_next_child(true), 0);
-	child = fork();
-	if (child == 0) {
-		if (write(ready[1], "r", 1) != 1)
-			_exit(2);
-		pause();
-		_exit(0);
-	}
+	child = held_child_in_quota(ready[1]);
 	ASSERT_GT(child, 0);
-	ASSERT_EQ(move_to(QUOTA_CGROUP, child), 0);
-	ASSERT_EQ(run_on(child, -1), 0);
 	usage = cg_stat(QUOTA_CGROUP "/cpu.stat", "usage_usec");
 	throttled = cg_stat(QUOTA_CGROUP "/cpu.stat", "nr_throttled");
 	busy = cpus_busy_us();
@@ -1689,7 +1721,7 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	 * workers copying outside the cgroup would make it several times more.
 	 */
 	EXPECT_LE(busy, usage * 3 / 2 + 20000);
-	munmap(p, QUOTA_MEM + SZ_2M);
+	munmap(base, QUOTA_MEM + SZ_2M);
 	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
 }
 
@@ -1744,36 +1776,20 @@ TEST_F_TIMEOUT(af, freezer_freezes_child_after_its_copy, 180)
 {
 	struct pollfd pfd;
 	int ready[2], i;
-	char *p, *mem, c;
+	char *base, *mem, c;
 	pid_t child;
 
 	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
 		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
-	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu"), 0);
-	rmdir(QUOTA_CGROUP);
-	ASSERT_EQ(mkdir(QUOTA_CGROUP, 0755), 0);
-	ASSERT_EQ(write_file(QUOTA_CGROUP "/cpu.max", "20000 100000"), 0);
-	p = mmap(NULL, QUOTA_MEM + SZ_2M, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(p, MAP_FAILED);
-	mem = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
-	madvise(mem, QUOTA_MEM, MADV_NOHUGEPAGE);
+	ASSERT_EQ(quota_cgroup("20000 100000"), 0);
+	mem = aligned_region(QUOTA_MEM, &base);
+	ASSERT_NE(mem, NULL);
 	fill(mem, QUOTA_MEM, 14);
 	set_sysctl(2);
 	set_long(THREADS, 4);
-
 	ASSERT_EQ(pipe(ready), 0);
-	ASSERT_EQ(hold_next_child(true), 0);
-	child = fork();
-	if (child == 0) {
-		if (write(ready[1], "r", 1) != 1)
-			_exit(2);
-		pause();
-		_exit(0);
-	}
+	child = held_child_in_quota(ready[1]);
 	ASSERT_GT(child, 0);
-	ASSERT_EQ(move_to(QUOTA_CGROUP, child), 0);
-	ASSERT_EQ(run_on(child, -1), 0);
 	ASSERT_EQ(hold_next_child(false), 0);
 	usleep(300000);
 	pfd = (struct pollfd){ .fd = ready[0], .events = POLLIN };
@@ -1795,7 +1811,7 @@ TEST_F_TIMEOUT(af, freezer_freezes_child_after_its_copy, 180)
 	EXPECT_TRUE(WIFSIGNALED(reap(child)));
 	close(ready[0]);
 	close(ready[1]);
-	munmap(p, QUOTA_MEM + SZ_2M);
+	munmap(base, QUOTA_MEM + SZ_2M);
 	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
 }
 
@@ -1824,6 +1840,28 @@ static long long ksm_merge_until(pid_t pid, long long want)
 	return ksm_zero_pages(pid);
 }
 
+/* Fork a child that reports its count of KSM zero pages; -1 on failure. */
+static long long child_ksm_zero_pages(void)
+{
+	long long theirs = -1;
+	int fds[2];
+	pid_t child;
+
+	if (pipe(fds))
+		return -1;
+	child = fork();
+	if (child == 0) {
+		theirs = ksm_zero_pages(getpid());
+		_exit(write(fds[1], &theirs, sizeof(theirs)) != sizeof(theirs));
+	}
+	if (child < 0 || read(fds[0], &theirs, sizeof(theirs)) != sizeof(theirs) ||
+	    reap(child) != 0)
+		theirs = -1;
+	close(fds[0]);
+	close(fds[1]);
+	return theirs;
+}
+
 /*
  * KSM's zero pages (use_zero_pages) are counted per process and in all.
  * A child must count the KSM zero pages it maps, when it maps them: not
@@ -1837,8 +1875,7 @@ TEST_F_TIMEOUT(af, ksm_zero_pages_counted_as_child_copies, 180)
 	long saved_run, saved_zero, saved_scan, saved_sleep;
 	long long total, mine, theirs;
 	const long long pages = KSM_MEM / 4096;
-	int ready[2];
-	char *p, *mem;
+	char *base, *mem;
 	pid_t child;
 
 	saved_zero = read_long(KSM "use_zero_pages");
@@ -1852,11 +1889,8 @@ TEST_F_TIMEOUT(af, ksm_zero_pages_counted_as_child_copies, 180)
 	ASSERT_EQ(write_file(KSM "pages_to_scan", "4096"), 0);
 	ASSERT_EQ(write_file(KSM "sleep_millisecs", "0"), 0);
 	total = read_long(KSM "ksm_zero_pages");
-	p = mmap(NULL, KSM_MEM + SZ_2M, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	ASSERT_NE(p, MAP_FAILED);
-	mem = (char *)(((uintptr_t)p + SZ_2M - 1) & ~(SZ_2M - 1));
-	madvise(mem, KSM_MEM, MADV_NOHUGEPAGE);
+	mem = aligned_region(KSM_MEM, &base);
+	ASSERT_NE(mem, NULL);
 	/* Written, so real pages, that hold zeros: ksmd maps the zero page. */
 	memset(mem, 0, KSM_MEM);
 	ASSERT_EQ(madvise(mem, KSM_MEM, MADV_MERGEABLE), 0);
@@ -1865,17 +1899,9 @@ TEST_F_TIMEOUT(af, ksm_zero_pages_counted_as_child_copies, 180)
 	ASSERT_EQ(read_long(KSM "ksm_zero_pages"), total + mine);
 	set_sysctl(2);
 	set_long(THREADS, 1);
-	ASSERT_EQ(pipe(ready), 0);
 
 	/* A child that copies maps, and counts, every one of them. */
-	child = fork();
-	if (child == 0) {
-		theirs = ksm_zero_pages(getpid());
-		_exit(write(ready[1], &theirs, sizeof(theirs)) != sizeof(theirs));
-	}
-	ASSERT_GT(child, 0);
-	ASSERT_EQ(read(ready[0], &theirs, sizeof(theirs)), (ssize_t)sizeof(theirs));
-	EXPECT_EQ(reap(child), 0);
+	theirs = child_ksm_zero_pages();
 	EXPECT_EQ(theirs, mine);
 	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total + mine);
 
@@ -1895,21 +1921,12 @@ TEST_F_TIMEOUT(af, ksm_zero_pages_counted_as_child_copies, 180)
 
 	/* Memory that fork() does not copy: the child has none of them. */
 	ASSERT_EQ(madvise(mem, KSM_MEM, MADV_DONTFORK), 0);
-	child = fork();
-	if (child == 0) {
-		theirs = ksm_zero_pages(getpid());
-		_exit(write(ready[1], &theirs, sizeof(theirs)) != sizeof(theirs));
-	}
-	ASSERT_GT(child, 0);
-	ASSERT_EQ(read(ready[0], &theirs, sizeof(theirs)), (ssize_t)sizeof(theirs));
-	EXPECT_EQ(reap(child), 0);
+	theirs = child_ksm_zero_pages();
 	EXPECT_EQ(theirs, 0);
 	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total + mine);
 
-	munmap(p, KSM_MEM + SZ_2M);
+	munmap(base, KSM_MEM + SZ_2M);
 	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total);
-	close(ready[0]);
-	close(ready[1]);
 	set_long(KSM "use_zero_pages", saved_zero);
 	set_long(KSM "pages_to_scan", saved_scan);
 	set_long(KSM "sleep_millisecs", saved_sleep);
