@@ -1338,19 +1338,56 @@ static int run_on(pid_t pid, int cpu)
 	return sched_setaffinity(pid, sizeof(set), &set);
 }
 
-/*
- * Keep the next child off the CPU: the caller runs SCHED_FIFO on CPU 0,
- * where the child, back to SCHED_OTHER by SCHED_RESET_ON_FORK, waits.
- * The child copies before it runs user code, so its copy waits too.
- */
-static int hold_next_child(bool hold)
+/* Move @pid into cgroup @cg (a path); 0 or an errno. */
+static int move_to(const char *cg, pid_t pid)
 {
-	struct sched_param sp = { .sched_priority = hold ? 1 : 0 };
+	char path[128], buf[32];
 
-	if (run_on(0, hold ? 0 : -1))
+	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
+	snprintf(buf, sizeof(buf), "%d", pid);
+	return write_file(path, buf);
+}
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP	0x200000000ULL
+#endif
+
+/* struct clone_args of clone3(), up to its cgroup field. */
+struct af_clone_args {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal;
+	uint64_t stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+};
+
+/*
+ * fork() into cgroup @cg (a path): the child is in it from its first
+ * instruction, before its copy, with no race to win.  As fork(): the
+ * child's pid, 0 in the child, -1 on failure.
+ */
+static pid_t fork_into(const char *cg)
+{
+	struct af_clone_args args = {
+		.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
+	};
+	int fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	pid_t pid;
+
+	if (fd < 0)
 		return -1;
-	return sched_setscheduler(0, hold ? SCHED_FIFO | SCHED_RESET_ON_FORK :
-				  SCHED_OTHER, &sp);
+	args.cgroup = fd;
+	pid = syscall(SYS_clone3, &args, sizeof(args));
+	close(fd);
+	return pid;
+}
+
+#define SLOW_CGROUP	"/sys/fs/cgroup/async_fork_slow"
+
+/* SLOW_CGROUP, new, with a thousandth of a CPU; 0 or -1. */
+static int slow_cgroup(void)
+{
+	rmdir(SLOW_CGROUP);
+	if (mkdir(SLOW_CGROUP, 0755))
+		return -1;
+	return write_file(SLOW_CGROUP "/cpu.max", "1000 1000000") ? -1 : 0;
 }
 
 #define READER_CGROUP	"/sys/fs/cgroup/async_fork_reader"
@@ -1373,10 +1410,11 @@ TEST_F_TIMEOUT(af, remote_reader_pays_nothing, 180)
 
 	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
 		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
-	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory +cpu"), 0);
 	rmdir(READER_CGROUP);
 	ASSERT_EQ(mkdir(READER_CGROUP, 0755), 0);
 	write_file(READER_CGROUP "/memory.swap.max", "0");
+	ASSERT_EQ(slow_cgroup(), 0);
 	ASSERT_EQ(pipe(go), 0);
 	ASSERT_EQ(pipe(ready), 0);
 	set_sysctl(2);
@@ -1390,9 +1428,17 @@ TEST_F_TIMEOUT(af, remote_reader_pays_nothing, 180)
 		if (write_file(READER_CGROUP "/cgroup.procs", buf) || run_on(0, 1) ||
 		    write(ready[1], "r", 1) != 1 || read(go[0], &c, 1) != 1)
 			_exit(2);
-		for (size_t off = 0; off < REGION; off += SZ_2M) {
+		/*
+		 * From the end: the child copies from the start, a few tables
+		 * a second, and may be throttled holding the lock of the table
+		 * it copies; the reader meets it at most once.
+		 */
+		for (size_t off = REGION; off > 0; ) {
 			struct iovec local = { &word, sizeof(word) };
-			struct iovec remote = { self->mem + off, sizeof(word) };
+			struct iovec remote;
+
+			off -= SZ_2M;
+			remote = (struct iovec){ self->mem + off, sizeof(word) };
 
 			if (process_vm_readv(me, &local, 1, &remote, 1, 0) != sizeof(word) ||
 			    word != pattern(1, off / 8))
@@ -1409,21 +1455,17 @@ TEST_F_TIMEOUT(af, remote_reader_pays_nothing, 180)
 	 */
 	ASSERT_EQ(write_file(READER_CGROUP "/memory.max", "131072"), 0);
 
-	ASSERT_EQ(hold_next_child(true), 0);
-	child = fork_checker(self->mem);
-	if (child > 0 && write(go[1], "g", 1) == 1) {
-		/*
-		 * Spin, never sleep, holding the child off CPU 0 until the
-		 * reader is done (or 10 s).
-		 */
-		struct pollfd pfd = { .fd = ready[0], .events = POLLIN };
-		time_t end = time(NULL) + 10;
-
-		while (poll(&pfd, 1, 0) == 0 && time(NULL) < end)
-			;
-	}
-	ASSERT_EQ(hold_next_child(false), 0);
+	/*
+	 * The child is born with a thousandth of a CPU: it copies a few
+	 * tables a second while the reader reads.
+	 */
+	child = fork_into(SLOW_CGROUP);
+	if (child == 0)
+		_exit(mismatch(self->mem, REGION, 1) >= 0);
 	ASSERT_GT(child, 0);
+	ASSERT_EQ(write(go[1], "g", 1), 1);
+	ASSERT_EQ(read(ready[0], &c, 1), 1);
+	ASSERT_EQ(write_file(SLOW_CGROUP "/cpu.max", "max"), 0);
 	status = reap(reader);
 	EXPECT_TRUE(WIFEXITED(status) && !WEXITSTATUS(status)) {
 		TH_LOG("the reader: status %#x (3: a read failed or was wrong)", status);
@@ -1437,20 +1479,12 @@ TEST_F_TIMEOUT(af, remote_reader_pays_nothing, 180)
 	close(ready[0]);
 	close(ready[1]);
 	EXPECT_EQ(rmdir(READER_CGROUP), 0);
+	EXPECT_EQ(rmdir(SLOW_CGROUP), 0);
 }
 
 #define REAP_CGROUP	"/sys/fs/cgroup/async_fork_reap"
 #define REAP_MEM	(256UL << 20)
 
-/* Move @pid into cgroup @cg (a path); 0 or an errno. */
-static int move_to(const char *cg, pid_t pid)
-{
-	char path[128], buf[32];
-
-	snprintf(path, sizeof(path), "%s/cgroup.procs", cg);
-	snprintf(buf, sizeof(buf), "%d", pid);
-	return write_file(path, buf);
-}
 
 /*
  * The parent P of a fork whose child C is still copying is the OOM
@@ -1513,14 +1547,11 @@ TEST_F_TIMEOUT(af, oom_reaper_gives_up_pending_copy, 180)
 			_exit(2);
 		madvise(m, REAP_MEM, MADV_NOHUGEPAGE);
 		fill(m, REAP_MEM, 11);
-		if (hold_next_child(true))
-			_exit(2);
-		c2 = fork();
+		/* Throttled from birth: its copy takes minutes. */
+		c2 = fork_into(REAP_CGROUP "/slow");
 		if (c2 == 0)
 			_exit(mismatch(m, REAP_MEM, 11) >= 0);
-		/* Throttled before it ever runs: its copy takes minutes. */
-		if (c2 < 0 || move_to(REAP_CGROUP "/slow", c2) ||
-		    set_oom_score_adj(c2, -1000) || hold_next_child(false) ||
+		if (c2 < 0 || set_oom_score_adj(c2, -1000) ||
 		    write(tell[1], &c2, sizeof(c2)) != sizeof(c2))
 			_exit(3);
 		pause();
@@ -1634,30 +1665,19 @@ static int quota_cgroup(const char *max)
 }
 
 /*
- * Fork a child that writes one byte to @ready once it runs, which is after
- * its copy, then waits to be killed (its exit, which unmaps, stays out of
- * what the caller measures); move it into QUOTA_CGROUP, on every CPU,
- * before it runs.  Returns with the child still held (hold_next_child()),
- * or -1.
+ * Fork a child into QUOTA_CGROUP that writes one byte to @ready once it
+ * runs, which is after its copy, then waits to be killed (its exit, which
+ * unmaps, stays out of what the caller measures).  Its pid, or -1.
  */
-static pid_t held_child_in_quota(int ready)
+static pid_t child_in_quota(int ready)
 {
-	pid_t child;
+	pid_t child = fork_into(QUOTA_CGROUP);
 
-	if (hold_next_child(true))
-		return -1;
-	child = fork();
 	if (child == 0) {
 		if (write(ready, "r", 1) != 1)
 			_exit(2);
 		pause();
 		_exit(0);
-	}
-	if (child < 0 || move_to(QUOTA_CGROUP, child) || run_on(child, -1)) {
-		if (child > 0)
-			kill(child, SIGKILL);
-		hold_next_child(false);
-		return -1;
 	}
 	return child;
 }
@@ -1690,13 +1710,12 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	write_file(TRACING "trace", "");
 	ASSERT_EQ(write_file(TRACING "events/async_fork/async_fork_child_done/enable", "1"), 0);
 	ASSERT_EQ(pipe(ready), 0);
-	child = held_child_in_quota(ready[1]);
-	ASSERT_GT(child, 0);
 	usage = cg_stat(QUOTA_CGROUP "/cpu.stat", "usage_usec");
 	throttled = cg_stat(QUOTA_CGROUP "/cpu.stat", "nr_throttled");
 	busy = cpus_busy_us();
 	start = now_us();
-	ASSERT_EQ(hold_next_child(false), 0);
+	child = child_in_quota(ready[1]);
+	ASSERT_GT(child, 0);
 	ASSERT_EQ(read(ready[0], &c, 1), 1);
 	wall = now_us() - start;
 	busy = cpus_busy_us() - busy;
@@ -1769,7 +1788,7 @@ TEST_F_TIMEOUT(af, copy_helpers_within_pids_max, 180)
  * the child finishes its copy first, then freezes.  A helper that froze
  * itself (or stopped for job control) would leave the child waiting for
  * it where the freezer cannot reach the child, and the cgroup would never
- * report frozen.  The child runs a fifth of a CPU so that it is still
+ * report frozen.  The child runs 5% of a CPU so that it is still
  * copying when the freeze comes.
  */
 TEST_F_TIMEOUT(af, freezer_freezes_child_after_its_copy, 180)
@@ -1781,17 +1800,16 @@ TEST_F_TIMEOUT(af, freezer_freezes_child_after_its_copy, 180)
 
 	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
 		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
-	ASSERT_EQ(quota_cgroup("20000 100000"), 0);
+	ASSERT_EQ(quota_cgroup("5000 100000"), 0);
 	mem = aligned_region(QUOTA_MEM, &base);
 	ASSERT_NE(mem, NULL);
 	fill(mem, QUOTA_MEM, 14);
 	set_sysctl(2);
 	set_long(THREADS, 4);
 	ASSERT_EQ(pipe(ready), 0);
-	child = held_child_in_quota(ready[1]);
+	child = child_in_quota(ready[1]);
 	ASSERT_GT(child, 0);
-	ASSERT_EQ(hold_next_child(false), 0);
-	usleep(300000);
+	usleep(100000);
 	pfd = (struct pollfd){ .fd = ready[0], .events = POLLIN };
 	/* Still copying: else the case proves nothing. */
 	ASSERT_EQ(poll(&pfd, 1, 0), 0);
@@ -1905,16 +1923,20 @@ TEST_F_TIMEOUT(af, ksm_zero_pages_counted_as_child_copies, 180)
 	EXPECT_EQ(theirs, mine);
 	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total + mine);
 
-	/* Killed before its copy, it never maps them: the total is the same. */
-	ASSERT_EQ(hold_next_child(true), 0);
-	child = fork();
+	/*
+	 * Killed before its copy, it never maps them: the total is the same.
+	 * Born with a thousandth of a CPU, it has not copied when the kill
+	 * comes (its copy, once it runs, would see the pending SIGKILL).
+	 */
+	ASSERT_EQ(write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpu"), 0);
+	ASSERT_EQ(slow_cgroup(), 0);
+	child = fork_into(SLOW_CGROUP);
 	if (child == 0)
 		_exit(0);
-	if (child > 0)
-		kill(child, SIGKILL);
-	ASSERT_EQ(hold_next_child(false), 0);
 	ASSERT_GT(child, 0);
+	kill(child, SIGKILL);
 	reap(child);
+	EXPECT_EQ(rmdir(SLOW_CGROUP), 0);
 	EXPECT_EQ(read_long(KSM "ksm_zero_pages"), total + mine) {
 		TH_LOG("a child killed before its copy left its pages counted");
 	}
