@@ -31,6 +31,7 @@
 #                      the snapshot tests on it: Debian's defaults, then with KSM,
 #                      DAMON reclaim, MGLRU aging and NUMA balancing acting (~1 h)
 #   make tools-deb     only the async-fork-tools package (seconds)
+#   make virtiofsd     build virtio-fs's daemon into $(BUILD)/tools (make test-deb)
 #
 # Everything generated lands in $(BUILD) (ignored by git).
 
@@ -52,12 +53,12 @@ KSRC := $(BUILD)/linux
 
 .PHONY: all setup source check kernel-lean kernel-debug kernel-kasan kernel-kcsan selftests upstream-selftests \
 	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm \
-	deb deb-config test-deb tools-deb clean distclean help
+	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
 
 help:
-	@sed -n '3,36s/^# \{0,1\}//p' Makefile
+	@sed -n '3,37s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -115,8 +116,16 @@ deb: source tools-deb
 deb-config: source
 	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
 
-test-deb: selftests
+test-deb: selftests virtiofsd
 	@$(PYTHON) tests/deb_suite.py --flavour $(FLAVOUR) --build $(BUILD)
+
+# Debian's cloud kernels have no 9p: their guests see the root through
+# virtio-fs, whose daemon Debian 12 does not package (crates.io does).
+VIRTIOFSD_VERSION := 1.14.0
+virtiofsd: $(BUILD)/tools/bin/virtiofsd
+$(BUILD)/tools/bin/virtiofsd:
+	@command -v cargo >/dev/null || { echo "make virtiofsd: cargo not found: install Rust (rustup or Debian's cargo)" >&2; exit 1; }
+	cargo install --locked --root $(abspath $(BUILD))/tools --version $(VIRTIOFSD_VERSION) virtiofsd
 
 tools-deb:
 	@scripts/build-tools-deb.sh $(BUILD)

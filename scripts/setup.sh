@@ -27,7 +27,8 @@ cd "$top"
 # stress tests.  make deb: Debian's kernel configs (the same version as
 # the source), dpkg-dev and debhelper for bindeb-pkg, openssl for the
 # module signing key, groff for the man page of async-fork-tools,
-# and the linter of the test that checks the packaging scripts.
+# and the linter of the test that checks the packaging scripts;
+# libseccomp-dev and libcap-ng-dev for 'make virtiofsd' (make test-deb).
 apt_packages=(
 	linux-source-6.12 build-essential bc bison flex libelf-dev libssl-dev
 	cpio kmod rsync xz-utils ccache pahole python3-venv
@@ -35,7 +36,7 @@ apt_packages=(
 	qemu-system-x86 busybox-static udev iproute2
 	redis-server redis-tools libhiredis-dev
 	libnuma-dev libcap-dev liburing-dev
-	stress-ng
+	stress-ng libseccomp-dev libcap-ng-dev
 )
 
 step() { printf '\n==> %s\n' "$*"; }

@@ -196,11 +196,15 @@ def vng_binary() -> str:
 
 def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         timeout: float = 600, numa_nodes: int = 1, rwdirs=(), append=(),
-        log_path: Path | None = None, echo: bool | str = False) -> VMResult:
+        log_path: Path | None = None, echo: bool | str = False,
+        root_fs: str = "9p") -> VMResult:
     """Boot `kernel` (an image or a build folder), run `command`, stop.
 
     The command runs as root with the host's root filesystem visible
     read-only (writes go to a throw-away overlay), except for `rwdirs`.
+    `root_fs` is how the guest sees it: "9p" (the project's kernels), or
+    "virtiofs" for a kernel without 9p (Debian's cloud flavour), which
+    needs virtiofsd (the Rust one) on PATH or in build/tools/bin.
     `echo` copies the console to stdout as it comes: all of it if True,
     only the lines that start with it if a string (progress lines).
     """
@@ -213,7 +217,16 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         raise VMError(f"cpus must be at least 1, not {cpus}")
     image = find_image(kernel)
     args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
-            "--cpus", str(cpus), "--verbose", "--user", "root", "--force-9p"]
+            "--cpus", str(cpus), "--verbose", "--user", "root"]
+    tools = TOP / "build/tools/bin"
+    if root_fs == "9p":
+        args.append("--force-9p")
+    elif root_fs == "virtiofs":
+        if not shutil.which("virtiofsd", path=f"{tools}:{os.environ.get('PATH', '')}"):
+            raise VMError("virtiofsd not found: this kernel has no 9p, and its guest needs "
+                          "virtiofsd (make virtiofsd builds it into build/tools/bin)")
+    else:
+        raise VMError(f"root_fs must be 9p or virtiofs, not '{root_fs}'")
     if not kvm_usable():
         args.append("--disable-kvm")
     if numa_nodes > 1:
@@ -248,7 +261,8 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
     # vng runs its sibling virtme-run: put its folder first on PATH.
-    env = dict(os.environ, PATH=f"{Path(args[0]).parent}:{os.environ.get('PATH', '')}")
+    env = dict(os.environ,
+               PATH=f"{Path(args[0]).parent}:{tools}:{os.environ.get('PATH', '')}")
     start = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as log:

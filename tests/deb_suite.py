@@ -145,12 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     progs = shipped_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-defaults",
                             memory=a.memory, cpus=a.cpus, numa_nodes=1, swap="zram",
-                            keep_thp=True)
+                            keep_thp=True, root_fs="virtiofs")
     boots["defaults"] = judge_boot("defaults", run, progs)
     progs = walker_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-walkers",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
-                            keep_thp=True)
+                            keep_thp=True, root_fs="virtiofs")
     boots["walkers"] = judge_boot("walkers", run, progs)
     finished = time.time()
     version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True,

@@ -243,7 +243,7 @@ def read_programs(listfile: Path, bindir: Path, timeout: int) -> list[Program]:
 def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
               memory="4G", cpus=2, numa_nodes=2, boot_timeout=180,
               sysctls: dict[str, str] | None = None, swap: str = "zram",
-              keep_thp: bool = False) -> SuiteRun:
+              keep_thp: bool = False, root_fs: str = "9p") -> SuiteRun:
     """Boot `kernel` once and run `programs` in it, in order, with swap on
     `swap` ("zram" or "loop": see tests/guest/run-suite.sh), and THP on
     madvise unless `keep_thp` (then as the kernel's config set it)."""
@@ -262,7 +262,8 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
     timeout = boot_timeout + sum((p.timeout + 30) * (1 + p.retries) for p in programs)
     start = time.time()
     res = vm.run(kernel, cmd, memory=memory, cpus=cpus, numa_nodes=numa_nodes,
-                 timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log")
+                 timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log",
+                 root_fs=root_fs)
     results = {}
     for p in programs:
         rc_file = outdir / f"{p.name}.rc"
