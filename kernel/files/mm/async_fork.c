@@ -531,7 +531,8 @@ void __async_fork_sync_range(struct vm_area_struct *vma, unsigned long start,
  * change, so finish its copy and detach it.  The caller holds the mmap_lock
  * for writing and has write-locked the VMA, so no fault handler or walker
  * of this mm can be looking at vma->async_fork; copiers on the other side
- * are waited for.
+ * are waited for.  Exported: vma_start_write() is inline, and modules call
+ * it (vm_flags_set()).
  */
 void async_fork_vma_write(struct vm_area_struct *vma)
 {
@@ -557,6 +558,7 @@ void async_fork_vma_write(struct vm_area_struct *vma)
 		clear_bit(MMF_ASYNC_FORK_LINKED, &vma->vm_mm->flags);
 	af_ctx_put(link->ctx);
 }
+EXPORT_SYMBOL_GPL(async_fork_vma_write);
 
 /*
  * Give up the copy of @vma's link: the child is killed (it has not run
