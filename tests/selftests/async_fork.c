@@ -135,6 +135,7 @@ static const char * const without_region[] = {
 	"empty_fork_is_not_a_fallback", "secure_exec_clears_opt_in",
 	"oom_reaper_gives_up_pending_copy", "copy_helpers_stay_in_child_cpu_quota",
 	"freezer_freezes_child_after_its_copy", "ksm_zero_pages_counted_as_child_copies",
+	"copy_helpers_allocate_on_child_mems",
 };
 
 static bool needs_region(const char *test)
@@ -1742,6 +1743,86 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	EXPECT_LE(busy, usage * 3 / 2 + 20000);
 	munmap(base, QUOTA_MEM + SZ_2M);
 	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
+}
+
+#define CPUSET_CGROUP	"/sys/fs/cgroup/async_fork_cpuset"
+
+/* PageTables of NUMA node @node in kB, or -1. */
+static long node_page_tables_kb(int node)
+{
+	char path[80], line[256];
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo", node);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		/* " PageTables:", not " SecPageTables:" */
+		char *t = strstr(line, " PageTables:");
+
+		if (t)
+			kb = strtol(t + 12, NULL, 10);
+	}
+	fclose(f);
+	return kb;
+}
+
+/*
+ * The copy helpers run under the child's cpuset: with cpuset.mems at node
+ * 1, the page tables that the child and its seven helpers allocate for the
+ * copy are on node 1, all of them.  Kernel workers would allocate on the
+ * node they happened to run on.
+ */
+TEST_F_TIMEOUT(af, copy_helpers_allocate_on_child_mems, 180)
+{
+	long before0, before1, on0, on1;
+	const long tables_kb = QUOTA_MEM / SZ_2M * 4;
+	int ready[2];
+	char *base, *mem, c;
+	pid_t child;
+
+	if (access("/sys/devices/system/node/node1", F_OK))
+		SKIP(return, "one NUMA node");
+	if (access("/sys/fs/cgroup/cgroup.subtree_control", W_OK))
+		SKIP(return, "no cgroup v2 at /sys/fs/cgroup");
+	if (write_file("/sys/fs/cgroup/cgroup.subtree_control", "+cpuset"))
+		SKIP(return, "no cpuset controller");
+	rmdir(CPUSET_CGROUP);
+	ASSERT_EQ(mkdir(CPUSET_CGROUP, 0755), 0);
+	ASSERT_EQ(write_file(CPUSET_CGROUP "/cpuset.mems", "1"), 0);
+	mem = aligned_region(QUOTA_MEM, &base);
+	ASSERT_NE(mem, NULL);
+	fill(mem, QUOTA_MEM, 15);
+	set_sysctl(2);
+	set_long(THREADS, 8);
+	ASSERT_EQ(pipe(ready), 0);
+	before0 = node_page_tables_kb(0);
+	before1 = node_page_tables_kb(1);
+	child = fork_into(CPUSET_CGROUP);
+	if (child == 0) {
+		if (write(ready[1], "r", 1) != 1)
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	ASSERT_GT(child, 0);
+	/* It runs once its copy is done. */
+	ASSERT_EQ(read(ready[0], &c, 1), 1);
+	on0 = node_page_tables_kb(0) - before0;
+	on1 = node_page_tables_kb(1) - before1;
+	TH_LOG("page tables of the copy: node 0 %ld kB, node 1 %ld kB (%ld kB of PTE tables)",
+	       on0, on1, tables_kb);
+	EXPECT_GE(on1, tables_kb);
+	/* Node 0: the child's upper levels, made by fork(), and noise. */
+	EXPECT_LE(on0, tables_kb / 10);
+	kill(child, SIGKILL);
+	reap(child);
+	close(ready[0]);
+	close(ready[1]);
+	munmap(base, QUOTA_MEM + SZ_2M);
+	EXPECT_EQ(rmdir(CPUSET_CGROUP), 0);
 }
 
 #define PIDS_CGROUP	"/sys/fs/cgroup/async_fork_pids"
