@@ -87,11 +87,22 @@ def upstream_programs(mode: int = 2) -> list[harness.Program]:
     return progs
 
 
+def last_command(command: str) -> list[str]:
+    """The words of the last command of @command ("A && B && C": C), looking
+    through a wrapper that runs a command line (ksm-merge bash -c '...')."""
+    words = shlex.split(command)
+    if len(words) == 4 and words[0].endswith("ksm-merge") and words[1:3] == ["bash", "-c"]:
+        return last_command(words[3])
+    while "&&" in words:
+        words = words[words.index("&&") + 1:]
+    return words
+
+
 def missing(programs: list[harness.Program]) -> list[str]:
     """Executables of @programs that are not built or not installed."""
     gone = set()
     for p in programs:
-        words = shlex.split(p.command.split(" && ")[-1])
+        words = last_command(p.command)
         exe = next(w for w in words if "=" not in w)
         if not (Path(exe).exists() if "/" in exe else shutil.which(exe)):
             gone.add(exe)

@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -89,12 +88,12 @@ def total(runs: list[dict], key: str) -> int | None:
 
 
 def is_fork_stress(p: harness.Program) -> bool:
-    return Path(shlex.split(p.command.split(" && ")[-1])[0]).name == "fork_stress"
+    return Path(programs.last_command(p.command)[0]).name == "fork_stress"
 
 
 def expects_async(p: harness.Program) -> bool:
     """fork_stress -a: every fork of the run must be asynchronous."""
-    return "-a" in shlex.split(p.command.split(" && ")[-1])[1:]
+    return "-a" in programs.last_command(p.command)[1:]
 
 
 def fork_stress_runs(run: harness.SuiteRun, progs: list[harness.Program]) -> list[dict]:

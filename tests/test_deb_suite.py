@@ -42,3 +42,12 @@ def test_shipped_programs_cover_both_modes():
     assert "vm.async_fork=0" in cmds["fork_snapshot"]
     assert "vm.async_fork=2" in cmds["fork_snapshot_async"]
     assert "-t 30" in cmds["fork_stress"]
+
+
+def test_wrapped_commands_are_judged_as_the_program_they_run():
+    import soak
+    for p in deb_suite.walker_programs(30):
+        if p.name == "fork_stress":
+            assert soak.is_fork_stress(p) and soak.expects_async(p)
+        elif p.name.startswith("walkers"):
+            assert not soak.is_fork_stress(p)

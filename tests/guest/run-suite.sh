@@ -18,6 +18,10 @@ out=$1
 suite=$2
 
 uname -r > "$out/kernelrelease"
+# A distribution kernel (make test-deb) has these as modules: zram for the
+# swap below, loop for fork_stress's O_DIRECT.  Built in elsewhere.
+modprobe -q zram 2>/dev/null
+modprobe -q loop 2>/dev/null
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 # Reserve hugetlb pages for the tests that use them; THP on madvise, or
 # as the kernel set it with THP=keep (make test-deb: Debian's "always").

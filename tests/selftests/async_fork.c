@@ -1693,7 +1693,7 @@ static pid_t child_in_quota(int ready)
  */
 TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 {
-	long long busy, usage, throttled, start, wall;
+	long long busy, usage, throttled, start, wall, noise;
 	int ready[2];
 	char *base, *mem, c;
 	pid_t child;
@@ -1711,6 +1711,11 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	write_file(TRACING "trace", "");
 	ASSERT_EQ(write_file(TRACING "events/async_fork/async_fork_child_done/enable", "1"), 0);
 	ASSERT_EQ(pipe(ready), 0);
+	/* What the CPUs do anyway (ksmd, kswapd, ...): a second of it. */
+	noise = cpus_busy_us();
+	start = now_us();
+	usleep(1000000);
+	noise = (cpus_busy_us() - noise) * 1000 / ((now_us() - start) / 1000);
 	usage = cg_stat(QUOTA_CGROUP "/cpu.stat", "usage_usec");
 	throttled = cg_stat(QUOTA_CGROUP "/cpu.stat", "nr_throttled");
 	busy = cpus_busy_us();
@@ -1727,8 +1732,8 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	close(ready[0]);
 	close(ready[1]);
 	write_file(TRACING "events/async_fork/async_fork_child_done/enable", "0");
-	TH_LOG("copy: %lld us, CPUs busy %lld us, cgroup used %lld us, throttled %lld times",
-	       wall, busy, usage, throttled);
+	TH_LOG("copy: %lld us, CPUs busy %lld us (%lld per mille busy before), cgroup used %lld us, throttled %lld times",
+	       wall, busy, noise, usage, throttled);
 
 	EXPECT_EQ(last_copy_threads(), 8);
 	/* The quota acted: the copy was long enough to prove something. */
@@ -1737,10 +1742,12 @@ TEST_F_TIMEOUT(af, copy_helpers_stay_in_child_cpu_quota, 180)
 	EXPECT_LE(usage, wall / 10 + 20000);
 	/*
 	 * And the CPUs did little besides.  /proc/stat samples at each tick:
-	 * allow half the usage and 20 ms for that and for noise.  Kernel
-	 * workers copying outside the cgroup would make it several times more.
+	 * allow half the usage and 20 ms for that, and what they did before
+	 * (in a boot with ksmd and aging at work, a good part of a CPU).
+	 * Kernel workers copying outside the cgroup would make it several
+	 * times more.
 	 */
-	EXPECT_LE(busy, usage * 3 / 2 + 20000);
+	EXPECT_LE(busy, usage * 3 / 2 + 20000 + noise * wall / 1000 * 3 / 2);
 	munmap(base, QUOTA_MEM + SZ_2M);
 	EXPECT_EQ(rmdir(QUOTA_CGROUP), 0);
 }
@@ -1814,8 +1821,12 @@ TEST_F_TIMEOUT(af, copy_helpers_allocate_on_child_mems, 180)
 	on1 = node_page_tables_kb(1) - before1;
 	TH_LOG("page tables of the copy: node 0 %ld kB, node 1 %ld kB (%ld kB of PTE tables)",
 	       on0, on1, tables_kb);
-	EXPECT_GE(on1, tables_kb);
-	/* Node 0: the child's upper levels, made by fork(), and noise. */
+	/*
+	 * Node 1 gains the tables, less what other tasks free meanwhile (a
+	 * boot with reclaim and KSM at work frees some); node 0 gains at
+	 * most the child's upper levels, made by fork(), and noise.
+	 */
+	EXPECT_GE(on1, tables_kb * 8 / 10);
 	EXPECT_LE(on0, tables_kb / 10);
 	kill(child, SIGKILL);
 	reap(child);
