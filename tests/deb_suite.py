@@ -6,10 +6,11 @@ and boots its kernel image with its own modules under virtme-ng (which
 loads the modules the guest needs from the package's lib/modules), twice:
 
   1. "defaults": Debian's settings left as they are (THP "always", the
-     multi-gen LRU on, NUMA balancing on, KSM and DAMON built in but idle):
+     multi-gen LRU on, NUMA balancing on, KSM and DAMON built in but idle),
+     on two NUMA nodes (fork_stress migrates between them):
      fork_snapshot with the default fork and with every fork asynchronous,
      async_fork, a short fork_stress and the Redis digest check.
-  2. "walkers": the same programs on two NUMA nodes, each started with its
+  2. "walkers": the same programs, each started with its
      memory mergeable by KSM (tests/guest/ksm-merge), ksmd scanning,
      DAMON's reclaim module on, and MGLRU aging (with page-table walks)
      and proactive reclaim every two seconds (tests/guest/walkers.sh); a
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     boots = {}
     progs = shipped_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-defaults",
-                            memory=a.memory, cpus=a.cpus, numa_nodes=1, swap="zram",
+                            memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
                             keep_thp=True, root_fs="virtiofs")
     boots["defaults"] = judge_boot("defaults", run, progs)
     progs = walker_programs(a.stress_seconds)

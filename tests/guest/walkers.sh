@@ -48,9 +48,9 @@ case "${1:-}" in
 on)
 	set -e
 	mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-	echo "lru_gen enabled: $(cat /sys/kernel/mm/lru_gen/enabled)"
-	echo "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
-	echo "numa_balancing: $(cat /proc/sys/kernel/numa_balancing)"
+	echo "# lru_gen enabled: $(cat /sys/kernel/mm/lru_gen/enabled)"
+	echo "# THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+	echo "# numa_balancing: $(cat /proc/sys/kernel/numa_balancing)"
 	echo 20 > /sys/kernel/mm/ksm/sleep_millisecs
 	echo 1000 > /sys/kernel/mm/ksm/pages_to_scan
 	echo 1 > /sys/kernel/mm/ksm/run
@@ -66,9 +66,9 @@ on)
 		echo "${f#*:}" > "/sys/kernel/debug/sched/numa_balancing/${f%:*}" || true
 	done
 	counters > walkers.before
-	cat walkers.before
+	sed 's/^/# /' walkers.before
 	setsid bash "$0" loop > /dev/null 2>&1 < /dev/null &
-	echo "ok: walkers on"
+	printf 'TAP version 13\n1..1\nok 1 walkers on\n'
 	;;
 loop)
 	age_and_reclaim
