@@ -194,6 +194,22 @@ def vng_binary() -> str:
     return found
 
 
+TOOLS = TOP / "build/tools/bin"
+
+
+def root_fs_args(root_fs: str) -> list[str]:
+    """vng's arguments for how the guest sees the host's root: over 9p,
+    or over virtio-fs, whose daemon must be found first."""
+    if root_fs == "9p":
+        return ["--force-9p"]
+    if root_fs == "virtiofs":
+        if not shutil.which("virtiofsd", path=f"{TOOLS}:{os.environ.get('PATH', '')}"):
+            raise VMError("virtiofsd not found: this kernel has no 9p, and its guest needs "
+                          "virtiofsd (make virtiofsd builds it into build/tools/bin)")
+        return []
+    raise VMError(f"root_fs must be 9p or virtiofs, not '{root_fs}'")
+
+
 def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         timeout: float = 600, numa_nodes: int = 1, rwdirs=(), append=(),
         log_path: Path | None = None, echo: bool | str = False,
@@ -215,18 +231,11 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
                       f"available {avail >> 30} GiB: pass a smaller memory size")
     if cpus < 1:
         raise VMError(f"cpus must be at least 1, not {cpus}")
+    fs_args = root_fs_args(root_fs)
     image = find_image(kernel)
     args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
-            "--cpus", str(cpus), "--verbose", "--user", "root"]
-    tools = TOP / "build/tools/bin"
-    if root_fs == "9p":
-        args.append("--force-9p")
-    elif root_fs == "virtiofs":
-        if not shutil.which("virtiofsd", path=f"{tools}:{os.environ.get('PATH', '')}"):
-            raise VMError("virtiofsd not found: this kernel has no 9p, and its guest needs "
-                          "virtiofsd (make virtiofsd builds it into build/tools/bin)")
-    else:
-        raise VMError(f"root_fs must be 9p or virtiofs, not '{root_fs}'")
+            "--cpus", str(cpus), "--verbose", "--user", "root"] + fs_args
+    tools = TOOLS
     if not kvm_usable():
         args.append("--disable-kvm")
     if numa_nodes > 1:

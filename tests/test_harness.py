@@ -50,6 +50,15 @@ def test_bad_memory_size():
         vm.run(BUILD / "debug", "true", memory="lots")
 
 
+def test_root_fs_choice(tmp_path, monkeypatch):
+    with pytest.raises(vm.VMError, match="root_fs must be 9p or virtiofs"):
+        vm.run(tmp_path, "true", root_fs="ext4")
+    assert vm.root_fs_args("9p") == ["--force-9p"]
+    monkeypatch.setattr(vm.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(vm.VMError, match="make virtiofsd"):
+        vm.run(tmp_path, "true", root_fs="virtiofs")
+
+
 def test_missing_kernel_image(tmp_path):
     with pytest.raises(vm.VMError, match="make kernel-debug"):
         vm.run(tmp_path, "true")
