@@ -861,7 +861,7 @@ static void af_child_detach(struct mm_struct *mm, struct async_fork_ctx *ctx)
  * Copy chunks of @ctx until none is left or the copy has failed; the child
  * and its helpers all run this.  Returns the number of tables copied.
  */
-static unsigned long af_copy_chunks(struct async_fork_ctx *ctx, bool child)
+static unsigned long af_copy_chunks(struct async_fork_ctx *ctx)
 {
 	unsigned long idx, pmds = 0;
 	unsigned int i = 0;
@@ -903,7 +903,7 @@ static int af_helper_fn(void *arg)
 {
 	struct async_fork_ctx *ctx = arg;
 
-	atomic_long_add(af_copy_chunks(ctx, false), &ctx->helper_pmds);
+	atomic_long_add(af_copy_chunks(ctx), &ctx->helper_pmds);
 	if (atomic_dec_and_test(&ctx->nr_helpers))
 		complete(&ctx->helpers_done);
 	do_exit(0);
@@ -982,7 +982,7 @@ static void af_child_copy(struct mm_struct *mm, struct async_fork_ctx *ctx)
 	int err = 0;
 
 	nr_helpers = af_start_helpers(ctx);
-	pmds = af_copy_chunks(ctx, true);
+	pmds = af_copy_chunks(ctx);
 	/*
 	 * The helpers use the links, which the child's VMAs must outlive.
 	 * A fatal signal only makes them stop sooner.
