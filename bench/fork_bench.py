@@ -203,7 +203,7 @@ def copy_threads_plot(plt, out: Path, meta: dict, sizes, threads, med) -> None:
         ax.axhline(med(s, False, False, "fork_us"), color=color, ls=":", lw=1)
     ax.set_xticks(threads)
     ax.set_yscale("log")
-    ax.set_xlabel("vm.async_fork_copy_threads (the child and its kernel workers)")
+    ax.set_xlabel("vm.async_fork_copy_threads (the child and its helper threads)")
     ax.set_ylabel("fork() call to the child's first instruction, ms (log)")
     ax.set_title(f"Async-fork: the child's copy against copy threads, 4 KiB pages\n"
                  f"dotted: the default fork of the same size ({meta['kernelrelease']}, "
