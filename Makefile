@@ -21,7 +21,12 @@
 #                      SOAK_MINUTES (default 30), recorded in docs/results/soak-*.json;
 #                      SOAK_ARGS='--swap zram' swaps to zram instead of a loop device
 #   make baseline      run the upstream mm selftests and rewrite their baseline
-#   make check-series  build the kernel with each prefix of the patch series
+#   make check-series  build and boot the kernel with each prefix of the patch
+#                      series, CONFIG_ASYNC_FORK=y and =n (resumable; hours cold)
+#   make kernel-git    a kernel git tree to edit the series in: the tarball, then
+#                      git am of kernel/patches ($(KGIT))
+#   make export-series that tree back into kernel/patches: both series, with
+#                      cover letters, base-commit and recipients
 #   make vm CMD='...'  boot the debug kernel and run one command in it
 #   make deb           kernel packages from Debian's own config with Async-fork
 #                      (FLAVOUR=cloud-amd64 or amd64; DEB_DBG=0 skips -dbg),
@@ -37,6 +42,7 @@
 
 KERNEL_TARBALL ?= /usr/src/linux-source-6.12.tar.xz
 BUILD          ?= build
+KGIT           ?= $(BUILD)/kgit
 PYTHON         := .venv/bin/python
 PYTEST_ARGS    ?=
 SOAK_MINUTES   ?= 30
@@ -52,13 +58,13 @@ GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source check kernel-lean kernel-debug kernel-kasan kernel-kcsan selftests upstream-selftests \
-	test soak baseline check-series demo bench bench-fork bench-redis bench-programs vm \
+	test soak baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
 
 help:
-	@sed -n '3,37s/^# \{0,1\}//p' Makefile
+	@sed -n '3,42s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -110,6 +116,12 @@ baseline: kernel-debug upstream-selftests
 
 check-series:
 	@scripts/check-series.sh $(KERNEL_TARBALL) $(BUILD)
+
+kernel-git:
+	@scripts/kernel-git.sh $(KERNEL_TARBALL) $(KGIT)
+
+export-series:
+	@scripts/export-series.sh $(KGIT)
 
 deb: source tools-deb
 	@scripts/build-deb.sh $(FLAVOUR) $(BUILD)

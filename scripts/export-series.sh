@@ -1,65 +1,93 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Export Async-fork kernel work from a git work tree of the prepared source
-# into the project: one patch per commit after BASE into kernel/patches
-# (numbered from 0003, after the selftest fixes), and the files the commits
-# add into kernel/files.  The series file is rewritten to match.
+# Export the kernel series from a kernel git tree made by kernel-git.sh:
 #
-# Usage: export-series.sh KERNEL_GIT_TREE BASE_COMMIT
+#   BASE..FIXES   kernel/patches/selftests-mm/  fixes to upstream mm selftests
+#   FIXES..HEAD   kernel/patches/async-fork/    Async-fork
 #
-# A developer's tool: make a git tree of build/linux (git init; git add -f
-# -A; commit as BASE), commit the kernel change there in series order, then
-# run this.  Patch names come from the subjects; messages get the project's
-# From: and Signed-off-by:.
+# Each folder gets what `git format-patch --cover-letter --base` makes:
+# whole patches (new files included), numbered, with base-commit:, the
+# recipients that scripts/get_maintainer.pl names, and a cover letter
+# whose subject and text come from kernel/cover-letter-<folder>.txt (its
+# first line is the subject).  kernel/patches/series is rewritten to
+# apply both in order.  From: and Signed-off-by: name the submitter: the
+# tree's git config user.name and user.email, which must be set.
+#
+# Usage: export-series.sh KERNEL_GIT_TREE [BASE [FIXES]]
+#        (defaults: the tags asyncfork-base and selftests-mm-fixes)
 set -euo pipefail
 
 die() { echo "export-series: $*" >&2; exit 1; }
-[ $# -eq 2 ] || die "usage: export-series.sh KERNEL_GIT_TREE BASE_COMMIT"
+{ [ $# -ge 1 ] && [ $# -le 3 ]; } || die "usage: export-series.sh KERNEL_GIT_TREE [BASE [FIXES]]"
 tree=$1
-base=$2
+base=${2:-asyncfork-base}
+fixes=${3:-selftests-mm-fixes}
 top=$(cd "$(dirname "$0")/.." && pwd)
-first=3
-author="Async-fork developers <async-fork@localhost>"
+patches=$top/kernel/patches
 
-git -C "$tree" rev-parse -q --verify "$base^{commit}" >/dev/null || die "no commit $base in $tree"
-mapfile -t added < <(git -C "$tree" diff --name-only --diff-filter=A "$base" HEAD)
-excl=()
-for f in "${added[@]}"; do
-	excl+=(":(exclude)$f")
-	mkdir -p "$top/kernel/files/$(dirname "$f")"
-	cp "$tree/$f" "$top/kernel/files/$f"
+git -C "$tree" rev-parse -q --verify HEAD >/dev/null || die "$tree is not a git tree"
+for r in "$base" "$fixes"; do
+	git -C "$tree" rev-parse -q --verify "$r^{commit}" >/dev/null || die "no commit $r in $tree"
 done
+git -C "$tree" merge-base --is-ancestor "$base" "$fixes" || die "$fixes does not descend from $base"
+git -C "$tree" merge-base --is-ancestor "$fixes" HEAD || die "HEAD does not descend from $fixes"
+name=$(git -C "$tree" config user.name) || die "git config user.name is not set in $tree: the patches are sent in the submitter's name"
+email=$(git -C "$tree" config user.email) || die "git config user.email is not set in $tree"
+[ -n "$(git -C "$tree" status --porcelain --untracked-files=no)" ] && die "$tree has uncommitted changes"
+others=$(git -C "$tree" log --format='%an <%ae>' "$base..HEAD" | sort -u | grep -vxF "$name <$email>" || true)
+[ -z "$others" ] || die "commits by someone else than $name <$email>: $others (git rebase --exec 'git commit --amend --no-edit --reset-author')"
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-git -C "$tree" format-patch -q --no-signature --zero-commit --start-number "$first" \
-	-o "$out" "$base..HEAD" -- . "${excl[@]}"
-
-keep=$(printf '%04d' $((first - 1)))
-for p in "$top"/kernel/patches/[0-9][0-9][0-9][0-9]-*.patch; do
-	[[ "$(basename "$p")" > "$keep-~" ]] && rm -f "$p"
-done
-grep -v '^#' "$top/kernel/patches/series" | awk -v k="$keep" '$1 <= k "-~"' > "$out/series.head" || true
-{
-	grep '^#' "$top/kernel/patches/series"
-	cat "$out/series.head"
-} > "$out/series"
-
-for f in "$out"/[0-9]*.patch; do
-	python3 - "$f" "$top/kernel/patches" "$author" <<'PY'
-import os, re, sys
-path, dest, author = sys.argv[1:]
-s = open(path).read()
-head, _, body = s.partition("\n\n")
-subj = re.search(r"^Subject: \[PATCH \d+/\d+\] (.*(?:\n .*)*)", head, re.M).group(1).replace("\n ", " ")
-msg, _, diff = body.partition("\n---\n")
-msg = msg.rstrip() + f"\n\nSigned-off-by: {author}\n"
-num = os.path.basename(path)[:4]
-slug = re.sub(r"[^a-z0-9.]+", "-", subj.lower()).strip("-")[:60].rstrip("-")
-name = f"{num}-{slug}.patch"
-open(os.path.join(dest, name), "w").write(f"From: {author}\nSubject: [PATCH] {subj}\n\n{msg}---\n{diff}")
-print(name)
+# export ONE RANGE TEMPLATE
+export_one() {
+	local dir=$patches/$1 range=$2 template=$3 out subject recipients to cc msgs
+	[ -r "$template" ] || die "no cover letter text $template"
+	out=$(mktemp -d)
+	git -C "$tree" format-patch -q --no-signature --zero-commit --signoff \
+		--cover-letter --base="$base" -o "$out" "$range"
+	# Recipients of the whole series, on every message of it.
+	msgs=("$out"/0*.patch)
+	# Not the cover letter (msgs[0]): it has no diff.
+	recipients=$(cd "$tree" && scripts/get_maintainer.pl --no-git --no-rolestats \
+			--no-multiline --separator ', ' "${msgs[@]:1}") ||
+		die "scripts/get_maintainer.pl failed in $tree"
+	recipients=$(printf '%s\n' "$recipients" | sed 's/, /\n/g')
+	# To: linux-mm if the series touches mm, else the first list named;
+	# Cc: everyone else but the submitter, who sends it.
+	recipients=$(printf '%s\n' "$recipients" | grep -vF "<$email>" || true)
+	to=$(printf '%s\n' "$recipients" | grep -m1 -x 'linux-mm@kvack\.org' ||
+	     printf '%s\n' "$recipients" | grep -m1 '@vger\.kernel\.org' || true)
+	cc=$(printf '%s\n' "$recipients" | grep -vxF "$to" | paste -sd, - | sed 's/,/, /g')
+	subject=$(head -n1 "$template")
+	python3 - "$out" "$template" "$subject" "$to" "$cc" <<'PY'
+import glob, os, sys
+out, template, subject, to, cc = sys.argv[1:]
+blurb = open(template).read().split("\n", 1)[1].strip("\n")
+for path in sorted(glob.glob(os.path.join(out, "*.patch"))):
+    s = open(path).read()
+    head, sep, body = s.partition("\n\n")
+    extra = "".join(f"{k}: {v}\n" for k, v in (("To", to), ("Cc", cc)) if v)
+    head = head.replace("\nSubject: ", "\n" + extra + "Subject: ", 1)
+    body = body.replace("*** SUBJECT HERE ***", subject.split("] ", 1)[-1])
+    head = head.replace("*** SUBJECT HERE ***", subject.split("] ", 1)[-1])
+    body = body.replace("*** BLURB HERE ***", blurb)
+    open(path, "w").write(head + sep + body)
 PY
-done >> "$out/series"
-cp "$out/series" "$top/kernel/patches/series"
-echo "export-series: $(grep -vc '^#' "$top/kernel/patches/series") patches, ${#added[@]} new files"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	cp "$out"/*.patch "$dir"/
+	rm -rf "$out"
+	echo "export-series: $1: $(find "$dir" -name '0*.patch' ! -name '0000-*' | wc -l) patches and a cover letter"
+}
+
+export_one selftests-mm "$base..$fixes" "$top/kernel/cover-letter-selftests-mm.txt"
+export_one async-fork "$fixes..HEAD" "$top/kernel/cover-letter-async-fork.txt"
+
+{
+	echo "# Applied in order by scripts/prepare-source.sh to Debian's linux-source-6.12:"
+	echo "# fixes to upstream mm selftests, then Async-fork.  Written by export-series.sh."
+	for d in selftests-mm async-fork; do
+		for f in "$patches/$d"/0*.patch; do
+			case "$f" in */0000-*) ;; *) echo "${f#"$patches"/}" ;; esac
+		done
+	done
+} > "$patches/series"

@@ -3,8 +3,10 @@
 # Make the kernel tree that every build uses:
 #
 #   BUILD/linux = Debian's linux-source-6.12 tarball
-#               + kernel/files/   (new files, copied as they are)
-#               + kernel/patches/ (quilt-style "series", applied in order)
+#               + kernel/patches/ (quilt-style "series", applied in order:
+#                 whole patches, new files included, as git am applies them)
+#               + localversion-asyncfork (the "-asyncfork" in the release of
+#                 the project's builds; not part of the series)
 #
 # The tree is assembled in BUILD/stage and then synced into BUILD/linux by
 # content, so a rebuild recompiles only what a change touched.  A patch that
@@ -19,7 +21,6 @@ die() { echo "prepare-source: $*" >&2; exit 1; }
 tarball=$1
 build=$2
 top=$(cd "$(dirname "$0")/.." && pwd)
-files=${ASYNC_FORK_FILES:-$top/kernel/files}
 patches=${ASYNC_FORK_PATCHES:-$top/kernel/patches}
 
 [ -r "$tarball" ] || die "kernel source $tarball not found: run 'make setup' (installs Debian's linux-source-6.12) or set KERNEL_TARBALL=/path/to/linux-source-6.12.tar.xz"
@@ -30,7 +31,7 @@ build=$(cd "$build" && pwd)
 
 # Skip all the work when nothing that goes into the tree has changed.
 inputs=$( { stat -c '%n %s %Y' "$tarball"
-	    cd "$top" && find "$files" "$patches" -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum)
+	    cd "$top" && find "$patches" -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum)
 if [ -f "$build/linux/Makefile" ] && [ "$(cat "$build/source.sum" 2>/dev/null)" = "$inputs" ]; then
 	exit 0
 fi
@@ -50,7 +51,6 @@ mkdir -p "$stage"
 # Hard links are cheap; cp --remove-destination and patch both replace a
 # file instead of writing through the link, so the pristine tree stays intact.
 cp -al "$pristine"/. "$stage"/
-cp -r --remove-destination "$files"/. "$stage"/
 
 n=0
 while read -r p _; do
@@ -63,9 +63,10 @@ while read -r p _; do
 	fi
 	n=$((n + 1))
 done < "$patches/series"
+echo "-asyncfork" > "$stage/localversion-asyncfork"
 
 mkdir -p "$build/linux"
 rsync -rlc --delete "$stage"/ "$build/linux"/
 rm -rf "$stage"
 echo "$inputs" > "$build/source.sum"
-echo "prepare-source: $(make -s -C "$build/linux" kernelversion) + $(find "$files" -type f | wc -l) files + $n patches"
+echo "prepare-source: $(make -s -C "$build/linux" kernelversion) + $n patches"

@@ -10,7 +10,7 @@ from conftest import OWN_PROGRAMS
 
 def test_guest_runs_patched_kernel(guest):
     # 6.12 LTS from Debian's source, with this project's series applied
-    # (kernel/files/localversion-asyncfork adds the suffix).
+    # (prepare-source.sh adds localversion-asyncfork).
     assert guest.kernelrelease.startswith("6.12."), guest.kernelrelease
     assert "-asyncfork" in guest.kernelrelease, guest.kernelrelease
 
