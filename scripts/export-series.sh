@@ -39,7 +39,7 @@ others=$(git -C "$tree" log --format='%an <%ae>' "$base..HEAD" | sort -u | grep 
 
 # export ONE RANGE TEMPLATE
 export_one() {
-	local dir=$patches/$1 range=$2 template=$3 out subject recipients to cc msgs
+	local dir=$patches/$1 range=$2 template=$3 out subject recipients to cc msgs date
 	[ -r "$template" ] || die "no cover letter text $template"
 	out=$(mktemp -d)
 	git -C "$tree" format-patch -q --no-signature --zero-commit --signoff \
@@ -56,11 +56,15 @@ export_one() {
 	recipients=$(printf '%s\n' "$recipients" | grep -vF "<$email>" || true)
 	to=$(printf '%s\n' "$recipients" | grep -m1 -x 'linux-mm@kvack\.org' ||
 	     printf '%s\n' "$recipients" | grep -m1 '@vger\.kernel\.org' || true)
-	cc=$(printf '%s\n' "$recipients" | grep -vxF "$to" | paste -sd, - | sed 's/,/, /g')
+	# Sorted: get_maintainer.pl's order varies from run to run.
+	cc=$(printf '%s\n' "$recipients" | grep -vxF "$to" | LC_ALL=C sort -u | paste -sd, - | sed 's/,/, /g')
 	subject=$(head -n1 "$template")
-	python3 - "$out" "$template" "$subject" "$to" "$cc" <<'PY'
-import glob, os, sys
-out, template, subject, to, cc = sys.argv[1:]
+	# The cover letter is dated as the series' last commit, not now: an
+	# export of the same commits gives the same files.
+	date=$(git -C "$tree" log -1 --format=%aD "${range##*..}")
+	python3 - "$out" "$template" "$subject" "$to" "$cc" "$date" <<'PY'
+import glob, os, re, sys
+out, template, subject, to, cc, date = sys.argv[1:]
 blurb = open(template).read().split("\n", 1)[1].strip("\n")
 for path in sorted(glob.glob(os.path.join(out, "*.patch"))):
     s = open(path).read()
@@ -70,6 +74,8 @@ for path in sorted(glob.glob(os.path.join(out, "*.patch"))):
     body = body.replace("*** SUBJECT HERE ***", subject.split("] ", 1)[-1])
     head = head.replace("*** SUBJECT HERE ***", subject.split("] ", 1)[-1])
     body = body.replace("*** BLURB HERE ***", blurb)
+    if os.path.basename(path).startswith("0000-"):
+        head = re.sub(r"^Date: .*$", "Date: " + date, head, count=1, flags=re.M)
     open(path, "w").write(head + sep + body)
 PY
 	rm -rf "$dir"
