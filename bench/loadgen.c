@@ -25,10 +25,11 @@
  * server had processed: a snapshot can be checked exactly.
  *
  * Output (FILE, default stdout): a header line
- *   # loadgen start_realtime_ns=<ns> rate=<R> clients=<C> ...
+ *   # loadgen start_realtime_ns=<ns> start_monotonic_ns=<ns> rate=<R> ...
  * then one line per answered request, in the order the replies came:
  *   <intended_us> <latency_us> <S|G>
- * intended_us counts from the start.  --set-log FILE gets one line per
+ * intended_us counts from the start, measured on CLOCK_MONOTONIC (the start
+ * in both clocks: a tracefs instance with trace_clock "mono" lines up).  --set-log FILE gets one line per
  * answered SET, "<conn> <seq> <key n> <append_ns> <reply_ns>" (CLOCK_REALTIME:
  * when it was handed to the connection, when its reply was read).  A
  * summary goes to stderr.  SIGTERM or SIGINT ends the run early: nothing
@@ -483,10 +484,11 @@ int main(int argc, char **argv)
 		}
 	}
 
-	fprintf(out, "# loadgen start_realtime_ns=%llu rate=%g duration=%g clients=%ld "
-		"keys=%ld dist=%s sigma=%g hot_keys=%g hot_prob=%g set_ratio=%g "
-		"value_size=%ld seed=%llu\n",
-		(unsigned long long)start_real, opt.rate, end / 1e9, opt.clients,
+	fprintf(out, "# loadgen start_realtime_ns=%llu start_monotonic_ns=%llu rate=%g "
+		"duration=%g clients=%ld keys=%ld dist=%s sigma=%g hot_keys=%g hot_prob=%g "
+		"set_ratio=%g value_size=%ld seed=%llu\n",
+		(unsigned long long)start_real, (unsigned long long)start_mono, opt.rate,
+		end / 1e9, opt.clients,
 		opt.keys, dist_name[opt.dist], opt.sigma, opt.hot_keys, opt.hot_prob,
 		opt.set_ratio, opt.value_size,
 		(unsigned long long)opt.seed);

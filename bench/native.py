@@ -135,7 +135,9 @@ class Settings:
     written to sysctl, sysfs and cgroup files (the old value is read before
     the first write), controllers enabled in a cgroup's subtree_control
     (disabled again), folders made in cgroupfs or tracefs (a cgroup's tasks
-    are killed, then the folder is removed) and file systems mounted.
+    are killed, then the folder is removed), lines appended to a file that
+    takes commands (a kprobe in kprobe_events: its removal is appended once
+    the folders are gone) and file systems mounted.
 
     root stands for / (a folder in the tests, whose "cgroups" are plain
     folders, removed with what they hold, and where nothing is mounted)."""
@@ -146,6 +148,7 @@ class Settings:
         self.saved: dict[Path, str] = {}       # path: its value before the run
         self.controllers: list[tuple[Path, str]] = []
         self.created: list[Path] = []
+        self.appended: list[tuple[Path, str]] = []     # (file, the line that undoes)
         self.mounted: list[Path] = []
 
     def path(self, p: str | Path) -> Path:
@@ -178,6 +181,13 @@ class Settings:
         path.mkdir()
         self.created.append(path)
 
+    def append(self, path: Path, line: str, undo: str) -> None:
+        """Append a command to a file such as kprobe_events (opened for
+        appending: a write that truncates it would remove every probe of
+        the machine); undo is appended when the run ends."""
+        append_line(path, line)
+        self.appended.append((Path(path), undo))
+
     def mount(self, fstype: str, target: Path) -> bool:
         if self.fake:
             return False
@@ -188,7 +198,8 @@ class Settings:
 
     @property
     def changed(self) -> bool:
-        return bool(self.saved or self.controllers or self.created or self.mounted)
+        return bool(self.saved or self.controllers or self.created or self.appended or
+                    self.mounted)
 
     def describe(self) -> str:
         """What restore() will do, in one line."""
@@ -197,6 +208,7 @@ class Settings:
         parts = [f"{show(f)}={v}" for f, v in self.saved.items()]
         parts += [f"-{c} in {show(f)}" for f, c in self.controllers]
         parts += [f"rmdir {show(d)}" for d in self.created]
+        parts += [f"'{u}' >> {show(f)}" for f, u in self.appended]
         parts += [f"umount {show(m)}" for m in self.mounted]
         return ", ".join(parts) or "nothing"
 
@@ -212,6 +224,12 @@ class Settings:
                     self._remove(d)
                 except OSError as e:
                     errors.append(f"could not remove {d}: {e.strerror}")
+            while self.appended:
+                f, undo = self.appended.pop()
+                try:
+                    append_line(f, undo)
+                except OSError as e:
+                    errors.append(f"could not append {undo!r} to {f}: {e.strerror}")
             while self.controllers:
                 f, c = self.controllers.pop()
                 try:
@@ -252,6 +270,16 @@ class Settings:
                     raise
                 time.sleep(0.1)
         d.rmdir()
+
+
+def append_line(path: Path, line: str) -> None:
+    """One write with O_APPEND, as the shell's >> does: Python's mode "a"
+    also seeks to the end, which kprobe_events refuses (EINVAL)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
