@@ -26,6 +26,7 @@ TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "scripts"))
 sys.path.insert(0, str(TOP / "bench"))
 
+import attribution
 import native
 import redis_demo
 import redis_snapshot
@@ -76,6 +77,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="2,4", help="copy threads besides 1")
     ap.add_argument("--rate", type=int, default=redis_demo.DEFAULT_RATE)
     ap.add_argument("--out", help="results (default build/results/SERVER-bench)")
+    ap.add_argument("--attribute", action="store_true",
+                    help="trace each snapshot (as the demo's --attribute) and say where "
+                    "the slow requests' time went")
     ap.add_argument("--report", action="store_true",
                     help="analyse and print the results in --out again, without a run")
     a = ap.parse_args(argv)
@@ -88,6 +92,11 @@ def main(argv=None) -> int:
     on_machine = native.decide(a, "redis_bench")
     if on_machine is None:
         return 2
+    if a.attribute:
+        why = redis_demo.attribute_unavailable(on_machine, Path(a.kernel))
+        if why:
+            print(f"redis_bench: --attribute: {why}; nothing was run", file=sys.stderr)
+            return 2
     a.sizes = sorted(numbers(a.sizes, int, "--sizes"))
     a.set_ratios = numbers(a.set_ratios, float, "--set-ratios")
     a.clients = numbers(a.clients, int, "--clients")
@@ -132,7 +141,8 @@ def main(argv=None) -> int:
             "--dataset-mb", str(c["dataset_mb"]), "--rate", str(a.rate),
             "--clients", str(c["clients"]), "--set-ratio", str(c["set_ratio"]),
             "--copy-threads", str(c["threads"]), "--modes", c["modes"],
-            "--baseline", str(baseline), "--server", a.server]))
+            "--baseline", str(baseline), "--server", a.server] +
+            (["--attribute"] if a.attribute else [])))
         budget += redis_demo.run_budget(c["dataset_mb"], baseline)
     # Written first: --report can analyse what finished if the run is stopped.
     meta = {"mode": "native" if on_machine else "vm", "server": a.server,
@@ -216,6 +226,11 @@ def report(out: Path) -> bool:
         rows.append({"config": config, "table": table})
     (out / "results.json").write_text(json.dumps(dict(meta, runs=rows), indent=1) + "\n")
     print_tables(rows, meta["rate"])
+    for row in rows:
+        atts = {m: t["attribution"] for m, t in row["table"].items() if "attribution" in t}
+        if atts:
+            print(f"\n== {row['config']['name']}: where the time went (--attribute)")
+            attribution.print_report(atts)
     plots(out, rows)
     where = "natively" if meta.get("mode") == "native" else "in a guest"
     print(f"results: {out}/results.json (kernel {meta['kernelrelease']}, {where}, "

