@@ -1,0 +1,409 @@
+# SPDX-License-Identifier: GPL-2.0
+"""--attribute's analysis (bench/attribution.py) on tracefs text: traces
+written here in the kernel's own formats, each with one known delay, and a
+real trace from a guest run of the lean kernel (tests/data/), trimmed.  A
+delay must be given to its cause with its duration, a wait for a CPU must
+name who had it, the causes of every request must add up to its latency,
+and lost events must be reported and never analysed past."""
+
+import json
+import sys
+
+import pytest
+from conftest import TOP
+
+sys.path.insert(0, str(TOP / "bench"))
+import attribution  # noqa: E402
+import native  # noqa: E402
+import redis_demo  # noqa: E402
+
+SERVER, LOADGEN, CHILD = 100, 200, 300
+MS = 1_000_000
+
+
+def line(ts: float, event: str, rest: str, pid: int = SERVER, comm: str = "redis-server",
+         cpu: int = 0) -> str:
+    return f"{comm:>16}-{pid:<7} [{cpu:03d}] d.... {ts:12.6f}: {event}: {rest}"
+
+
+def switch(ts, prev, prev_comm, state, nxt, next_comm, cpu=0):
+    return line(ts, "sched_switch", f"prev_comm={prev_comm} prev_pid={prev} prev_prio=120 "
+                f"prev_state={state} ==> next_comm={next_comm} next_pid={nxt} "
+                f"next_prio=120", pid=prev, comm=prev_comm, cpu=cpu)
+
+
+def wakeup(ts, pid, comm, cpu=0, by=0):
+    return line(ts, "sched_wakeup", f"comm={comm} pid={pid} prio=120 target_cpu={cpu:03d}",
+                pid=by, comm="<idle>", cpu=cpu)
+
+
+def enter(ts, nr):
+    return line(ts, "sys_enter", f"NR {nr} (0, 0, 0, 0, 0, 0)")
+
+
+def leave(ts, nr, ret=0):
+    return line(ts, "sys_exit", f"NR {nr} = {ret}")
+
+
+def fault(ts, code):
+    return line(ts, "page_fault_user", f"address=0x7f0000001000 ip=0x55d000 "
+                f"error_code=0x{code:x}")
+
+
+def fault_ret(ts, ret=0, caller="do_user_addr_fault+0x2de/0x4c9"):
+    return line(ts, "fault_ret", f"({caller} <- handle_mm_fault) ret=0x{ret:x}")
+
+
+def sync(ts, duration_ns, pid=SERVER):
+    return line(ts, "async_fork_sync", f"mm=00000000aaaa range=0x7f0000000000-0x7f0000200000 "
+                f"pmds=1 vma_wide=0 duration_ns={duration_ns}", pid=pid)
+
+
+# The trace goes on past the requests (the run stops it later).
+END = switch(20.0, 77, "kworker/3:0", "I", 0, "swapper/3", cpu=3)
+
+
+def timeline(lines, loadgen=LOADGEN, stats=None):
+    events, lost = attribution.parse(lines + [END])
+    cut = attribution.lost_after(events, stats or {}, lost)
+    return attribution.Timeline(events, SERVER, loadgen, cut)
+
+
+def ms(causes: dict) -> dict:
+    return {k: round(v / MS, 3) for k, v in causes.items() if v}
+
+
+def at(s: float) -> int:
+    return round(s * 1e9)
+
+
+def check_sums(tl, a, b):
+    causes = tl.breakdown(a, b)
+    assert sum(causes.values()) == b - a
+    return ms(causes)
+
+
+# --- one known delay each ------------------------------------------------
+
+def test_a_sync_inside_a_fault_is_the_fault_time():
+    # The server runs from 9.999; a write fault on a present page at 10.000
+    # synchronizes for 3 ms (10.0010-10.0040) and the fault returns at
+    # 10.0045: 4.5 ms of fault, all of it because of the sync.
+    tl = timeline([
+        switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+        fault(10.000, 0x7),
+        sync(10.004, 3 * MS),
+        fault_ret(10.0045),
+    ])
+    got = check_sums(tl, at(9.9995), at(10.006))
+    assert got == {"user space": 2.0, "fault: sync": 4.5}
+
+
+def test_cow_and_other_faults_by_error_code_and_a_retry_is_one_fault():
+    tl = timeline([
+        switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+        fault(10.000, 0x7),                 # present + write + user: COW
+        fault_ret(10.002, 0x400),           # per-VMA lock: retried under mmap_lock
+        fault_ret(10.003),
+        fault(10.005, 0x6),                 # not present: other
+        fault_ret(10.006),
+        # get_user_pages' own call closes no fault
+        fault(10.007, 0x4),
+        fault_ret(10.0075, caller="__get_user_pages+0xa5f/0xc31"),
+        fault_ret(10.008),
+    ])
+    assert check_sums(tl, at(10.0), at(10.01)) == {
+        "fault: COW": 3.0, "fault: other": 2.0, "user space": 5.0}
+
+
+def test_a_sync_outside_a_fault_and_the_fork():
+    tl = timeline([
+        switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+        enter(10.000, 56),
+        leave(10.012, 56, CHILD),
+        enter(10.020, 28),                   # madvise, synchronizing for 2 ms
+        sync(10.023, 2 * MS),
+        leave(10.024, 28),
+    ])
+    assert check_sums(tl, at(10.0), at(10.025)) == {
+        "syscall: clone (fork)": 12.0, "user space": 9.0, "syscall: madvise": 2.0,
+        "sync outside a fault": 2.0}
+    assert tl.thread.children == {CHILD}
+    assert tl.thread.forks == [(at(10.0), at(10.012))]
+
+
+def test_a_wait_for_the_cpu_names_who_ran():
+    # Preempted at 10.001 on CPU 1: the snapshot child runs 4 ms, a copy
+    # helper 2 ms, a kworker 1 ms, then the server again.
+    tl = timeline([
+        switch(9.999, 0, "swapper/1", "R", SERVER, "redis-server", cpu=1),
+        enter(10.0, 56), leave(10.0005, 56, CHILD),
+        switch(10.001, SERVER, "redis-server", "R+", CHILD, "redis-server", cpu=1),
+        switch(10.005, CHILD, "redis-server", "R+", 301, "async_fork", cpu=1),
+        switch(10.007, 301, "async_fork", "S", 55, "kworker/1:2", cpu=1),
+        switch(10.008, 55, "kworker/1:2", "I", SERVER, "redis-server", cpu=1),
+    ])
+    assert check_sums(tl, at(10.001), at(10.009)) == {
+        "runnable: the snapshot child": 4.0, "runnable: a copy helper": 2.0,
+        "runnable: a kworker": 1.0, "user space": 1.0}
+
+
+def test_woken_but_waiting_while_the_load_generator_runs():
+    # Asleep in epoll_wait, woken at 10.002 onto CPU 0, where loadgen runs
+    # until 10.005: the wait is the load generator's.
+    tl = timeline([
+        switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+        enter(10.0, 232),
+        switch(10.001, SERVER, "redis-server", "S", LOADGEN, "loadgen"),
+        wakeup(10.002, SERVER, "redis-server", by=LOADGEN),
+        switch(10.005, LOADGEN, "loadgen", "S", SERVER, "redis-server"),
+        leave(10.0052, 232, 1),
+    ])
+    assert check_sums(tl, at(10.0015), at(10.006)) == {
+        "client: load generator running": 0.5, "runnable: the load generator": 3.0,
+        "syscall: epoll_wait": 0.2, "user space": 0.8}
+
+
+def test_idle_server_and_a_late_load_generator_are_the_client_side():
+    # The server sleeps in epoll_wait from 10.000; loadgen waits for CPU 1
+    # (woken at 10.001, runs at 10.004) while the child has it.
+    tl = timeline([
+        switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+        switch(9.999, LOADGEN, "loadgen", "S", CHILD, "redis-rdb-bgsave", cpu=1),
+        enter(10.0, 232),
+        switch(10.0, SERVER, "redis-server", "S", 0, "swapper/0"),
+        wakeup(10.001, LOADGEN, "loadgen", cpu=1),
+        switch(10.004, CHILD, "redis-rdb-bgsave", "R+", LOADGEN, "loadgen", cpu=1),
+        wakeup(10.0045, SERVER, "redis-server", by=LOADGEN),
+        switch(10.0046, 0, "swapper/0", "R", SERVER, "redis-server"),
+        leave(10.0048, 232, 1),
+    ])
+    assert check_sums(tl, at(10.0), at(10.005)) == {
+        "client: load generator sleeping": 1.0, "client: load generator runnable": 3.0,
+        "client: load generator running": 0.5, "runnable: CPU idle (wake-up latency)": 0.1,
+        "syscall: epoll_wait": 0.2, "user space": 0.2}
+
+
+def test_mmap_lock_wait_asleep_is_the_lock():
+    tl = timeline([
+        switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+        enter(10.0, 9),                      # mmap
+        line(10.001, "mmap_lock_start_locking", "mm=00000000aaaa memcg_path=/ write=true"),
+        switch(10.0012, SERVER, "redis-server", "D", 0, "swapper/0"),
+        wakeup(10.007, SERVER, "redis-server"),
+        switch(10.0071, 0, "swapper/0", "R", SERVER, "redis-server"),
+        line(10.0072, "mmap_lock_acquire_returned",
+             "mm=00000000aaaa memcg_path=/ write=true success=true"),
+        leave(10.008, 9),
+    ])
+    assert check_sums(tl, at(10.0), at(10.008)) == {
+        "syscall: mmap": 1.8, "mmap_lock wait": 6.1, "runnable: CPU idle (wake-up latency)": 0.1}
+
+
+def test_before_the_first_event_is_unexplained():
+    tl = timeline([switch(10.0, 0, "swapper/0", "R", SERVER, "redis-server")])
+    # Nothing is known of the server before its first event.
+    assert check_sums(tl, at(9.990), at(10.002)) == {"unexplained": 10.0, "user space": 2.0}
+
+
+# --- lost events ------------------------------------------------------------
+
+LOSSY = [
+    switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+    enter(10.000, 1),
+    leave(10.001, 1),
+    "CPU:0 [LOST 17 EVENTS]",
+    enter(10.004, 1),
+    leave(10.005, 1),
+]
+
+
+def test_lost_events_in_the_text_stop_the_analysis(tmp_path):
+    path = tmp_path / "trace.txt"
+    path.write_text("\n".join(LOSSY) + "\n")
+    rec = {"server_pid": SERVER, "loadgen_pid": LOADGEN}
+    reqs = [(at(10.0), at(10.006), "S")]
+    att = attribution.analyse_trace(path, rec, reqs, (at(9.9), at(10.1)), 1 * MS)
+    assert att["lost_events"] == 17
+    # Past the last event before the loss nothing is attributed.
+    assert att["complete_until_ns"] == at(10.005)
+    assert att["slow"][0]["causes_ms"]["unexplained"] == pytest.approx(1.0)
+    assert att["slow"][0]["causes_ms"]["syscall: write"] == pytest.approx(2.0)
+    lines = attribution.warning_lines("async", att)
+    assert any("lost 17 events" in x for x in lines)
+
+
+def test_lost_events_from_the_buffer_statistics(tmp_path):
+    # A full buffer (overwrite off) drops events without a LOST line: the
+    # per-CPU "dropped events" count must stop the analysis all the same.
+    path = tmp_path / "trace.txt"
+    path.write_text("\n".join(x for x in LOSSY if "LOST" not in x) + "\n")
+    rec = {"server_pid": SERVER, "loadgen_pid": LOADGEN,
+           "cpu_stats": {"0": {"entries": 5, "overrun": 0, "dropped": 9}}}
+    att = attribution.analyse_trace(path, rec, [(at(10.0), at(10.006), "S")],
+                                    (at(9.9), at(10.1)), 1 * MS)
+    assert att["lost_events"] == 9
+    assert att["slow"][0]["causes_ms"]["unexplained"] == pytest.approx(1.0)
+
+
+def test_cpu_stats_read_from_tracefs(tmp_path):
+    d = tmp_path / "per_cpu/cpu1"
+    d.mkdir(parents=True)
+    (d / "stats").write_text("entries: 5839\noverrun: 3\ncommit overrun: 0\nbytes: 300804\n"
+                             "oldest event ts:    20.687588\nnow ts:    28.824972\n"
+                             "dropped events: 7\nread events: 0\n")
+    assert attribution.cpu_stats(tmp_path) == {1: {"entries": 5839, "overrun": 3,
+                                                   "dropped": 7}}
+
+
+# --- clock, requests, report ----------------------------------------------
+
+def test_clock_marker_inside_its_readings():
+    marker = line(26.356885, "tracing_mark_write", f"{attribution.CLOCK_MARK} 1")
+    events, _ = attribution.parse([marker])
+    assert attribution.clock_offset(events, 26_356_000_000, 26_357_000_000) == 0
+    # 87 ms later than the second reading: reported, not hidden.
+    assert attribution.clock_offset(events, 26_200_000_000, 26_269_885_000) == 87_000_000
+    assert attribution.clock_offset([], 1, 2) is None
+
+
+def test_requests_in_the_monotonic_clock():
+    header = {"start_realtime_ns": "1000000000500", "start_monotonic_ns": "500"}
+    rows = [(1000000000500 + 2000, 1500.0, "S")]       # 2 us after the start, 1.5 ms
+    assert attribution.requests_mono(rows, header) == [(2500, 2500 + 1_500_000, "S")]
+
+
+def test_slow_requests_and_the_tail():
+    tl = timeline([
+        switch(9.999, 0, "swapper/0", "R", SERVER, "redis-server"),
+        fault(10.000, 0x7), sync(10.009, 8 * MS), fault_ret(10.010),
+    ])
+    reqs = [(at(10.0) + i * 100_000, at(10.0105), "S") for i in range(5)] + \
+        [(at(10.011) + i * 10_000, at(10.0111) + i * 10_000, "G") for i in range(200)]
+    att = attribution.attribute(tl, reqs, (at(10.0), at(10.1)), 1 * MS)
+    # Five requests over 2 ms, the slowest first, each given its fault.
+    assert [round(r["latency_ms"], 1) for r in att["slow"]] == [10.5, 10.4, 10.3, 10.2, 10.1]
+    assert att["slow"][0]["causes_ms"] == {"fault: sync": 10.0, "user space": 0.5}
+    # The slowest 1% of 205 requests: two, 10.5 + 10.4 ms.
+    assert att["tail_requests"] == 2
+    tail = {r["cause"]: r["ms"] for r in att["tail"]}
+    assert tail == pytest.approx({"fault: sync": 19.9, "user space": 1.0})
+    lines = attribution.mode_table({"async": att})
+    assert any(x.startswith("fault: sync") and "19.9" in x for x in lines)
+
+
+# --- set-up: what the run adds to tracefs, and refusals -------------------
+
+def test_kprobe_appended_and_removed(tmp_path):
+    f = tmp_path / "kprobe_events"
+    f.write_text("p:theirs/probe do_sys_open\n")
+    s = native.Settings(tmp_path)
+    s.append(f, attribution.KPROBE, attribution.KPROBE_REMOVE)
+    assert f.read_text().splitlines() == ["p:theirs/probe do_sys_open", attribution.KPROBE]
+    assert s.changed and "fault_ret" in s.describe()
+    assert s.restore() == []
+    # Their probe stays: only the run's own removal was appended.
+    assert f.read_text().splitlines() == ["p:theirs/probe do_sys_open", attribution.KPROBE,
+                                          attribution.KPROBE_REMOVE]
+
+
+def test_missing_events_named(tmp_path):
+    (tmp_path / "events/sched/sched_switch").mkdir(parents=True)
+    missing = attribution.missing_events(tmp_path)
+    assert "raw_syscalls/sys_enter" in missing and "sched/sched_switch" not in missing
+    assert any("kprobe_events" in m for m in missing)
+    assert any("async_fork" in m for m in missing)
+
+
+def test_attribute_refused_natively_without_tracefs(tmp_path):
+    root = tmp_path / "root"
+    (root / "proc/sys/vm").mkdir(parents=True)
+    (root / "proc/sys/vm/async_fork").write_text("1\n")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    why = redis_demo.attribute_unavailable(True, tmp_path, root)
+    assert "no tracefs" in why
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+def test_attribute_refused_for_a_guest_kernel_without_kprobes(tmp_path):
+    (tmp_path / ".config").write_text("CONFIG_FTRACE=y\nCONFIG_EVENT_TRACING=y\n"
+                                      "CONFIG_FTRACE_SYSCALLS=y\nCONFIG_ASYNC_FORK=y\n"
+                                      "# CONFIG_KPROBE_EVENTS is not set\n")
+    why = redis_demo.attribute_unavailable(False, tmp_path)
+    assert "CONFIG_KPROBE_EVENTS" in why and "CONFIG_KRETPROBES" in why
+
+
+def test_the_lean_kernel_has_what_attribution_needs():
+    # lean.config is a fragment (event tracing and kretprobes come with
+    # what it sets): the built kernel's whole .config is what counts.
+    config = TOP / "build/lean/.config"
+    if not config.exists():
+        pytest.skip("build/lean is not built")
+    assert attribution.config_missing(config) == []
+
+
+# --- a real trace ------------------------------------------------------------
+# tests/data/attribution: the Async-fork mode of a guest run of the lean
+# kernel (make demo's --attribute, 256 MiB, QEMU TCG, 2 vCPUs), trimmed to
+# 116.830-117.105 s of its trace (the fork, the server's synchronizations
+# and the child's copy), and the requests sent and answered within it.
+
+DATA = TOP / "tests/data/attribution"
+
+
+def real():
+    run = json.loads((DATA / "run.json").read_text())
+    with open(DATA / "trace-async.txt") as f:
+        events, lost = attribution.parse(f)
+    rec = run["record"]
+    tl = attribution.Timeline(events, rec["server_pid"], rec["loadgen_pid"])
+    _, rows = redis_demo.read_latency(DATA / "latency-async.txt")
+    reqs = attribution.requests_mono(rows, attribution.read_header(DATA / "latency-async.txt"))
+    return run, events, lost, tl, reqs
+
+
+def test_real_trace_fork_child_and_syncs():
+    run, events, lost, tl, _ = real()
+    assert not lost
+    # clone() from 116.856676 to 116.999426 returned the child, 88.
+    assert tl.thread.forks == [(at(116.856676), at(116.999426))]
+    assert tl.thread.children == {88}
+    assert len(tl.syncs) == 43
+    assert [round((b - a) / MS, 3) for a, b in tl.child_copy] == [189.79]
+    # The run's clock check: the marker between its two readings.
+    clock = run["record"]["clock"]
+    assert attribution.clock_offset(events, clock["t1"], clock["t2"]) == 0
+
+
+def test_real_trace_the_longest_sync_is_its_fault():
+    _, _, _, tl, _ = real()
+    # The server's write fault at 117.039994 synchronized for 12.022 ms
+    # (async_fork_sync at 117.052024) and returned at 117.052123.
+    assert ms(tl.breakdown(at(117.039994), at(117.052123))) == {"fault: sync": 12.129}
+    # Another one, preempted inside by the harness (python, pid 78) and
+    # kcompactd0 on its CPU: the wait names them, the rest is the fault.
+    assert ms(tl.breakdown(at(117.031896), at(117.039302))) == {
+        "fault: sync": 7.046, "runnable: other (python)": 0.315,
+        "runnable: other (kcompactd0)": 0.045}
+
+
+def test_real_requests_add_up_and_the_fork_is_theirs():
+    _, _, _, tl, reqs = real()
+    assert len(reqs) == 35
+    over_fork = 0
+    for a, b, _ in reqs:
+        causes = tl.breakdown(a, b)
+        assert sum(causes.values()) == b - a
+        if a <= at(116.856676) and b >= at(116.999426):
+            over_fork += 1
+            # All of clone() but the 27 us it waited for the mmap_locks.
+            assert round(causes["syscall: clone (fork)"] / MS, 3) == 142.723
+            assert causes["mmap_lock wait"] >= 27_000
+    assert over_fork == 23
+    # The slowest request: 187.5 ms from 116.834185, of it 142.7 ms in fork()
+    # and 8.3 ms in the synchronizations' faults.
+    a, b, _ = max(reqs, key=lambda r: r[1] - r[0])
+    got = ms(tl.breakdown(a, b))
+    assert round((b - a) / MS, 4) == 187.5385
+    assert got["syscall: clone (fork)"] == 142.723 and got["fault: sync"] == 8.325
+    assert "unexplained" not in got
