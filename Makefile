@@ -20,6 +20,9 @@
 #                      on the debug kernel (KERNEL=kasan or kcsan: that one) for
 #                      SOAK_MINUTES (default 30), recorded in docs/results/soak-*.json;
 #                      SOAK_ARGS='--swap zram' swaps to zram instead of a loop device
+#   make bench-offcost what the series costs unused: micro-benchmarks on the
+#                      unpatched kernel, CONFIG_ASYNC_FORK=y with vm.async_fork=0
+#                      and =n, one config, alternating boots (~1 h with builds)
 #   make baseline      run the upstream mm selftests and rewrite their baseline
 #   make check-series  build and boot the kernel with each prefix of the patch
 #                      series, CONFIG_ASYNC_FORK=y and =n (resumable; hours cold)
@@ -57,14 +60,14 @@ GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-
 
 KSRC := $(BUILD)/linux
 
-.PHONY: all setup source check kernel-lean kernel-debug kernel-kasan kernel-kcsan selftests upstream-selftests \
-	test soak baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-programs vm \
+.PHONY: all setup source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
+	test soak baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
 
 help:
-	@sed -n '3,42s/^# \{0,1\}//p' Makefile
+	@sed -n '3,45s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -72,7 +75,7 @@ setup:
 source:
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
 
-kernel-lean kernel-debug kernel-kasan kernel-kcsan: kernel-%: source
+kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan: kernel-%: source
 	@scripts/build-kernel.sh $* $(BUILD)
 
 # The project's own kselftest programs, built against the prepared tree.
@@ -93,6 +96,10 @@ bench: bench-fork bench-redis
 
 bench-fork: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) bench/fork_bench.py $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
+
+bench-offcost: kernel-lean kernel-off bench-programs
+	@scripts/build-unpatched.sh $(BUILD) lean
+	@$(PYTHON) bench/offcost.py $(OFFCOST_ARGS)
 
 bench-redis: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) bench/redis_bench.py $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)

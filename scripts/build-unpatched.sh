@@ -1,19 +1,26 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# The debug guest kernel from the unpatched 6.12 tree (BUILD/pristine, as
-# "make source" unpacks it), to tell a behaviour of the 6.12 kernel from
-# one the series adds: same fragments as the debug kernel, minus the
-# Async-fork options it does not have.  Not part of any make target.
+# A guest kernel from the unpatched 6.12 tree (BUILD/pristine, as "make
+# source" unpacks it), to tell a behaviour of the 6.12 kernel from one the
+# series adds (debug, the default) or to measure what the series costs
+# (lean: make bench-offcost): the same fragments as the project's kernel
+# of that flavour, minus the Async-fork options it does not have.
 #
-# Usage: build-unpatched.sh [BUILD_DIR]   (default: build)
-# Result: BUILD_DIR/unpatched/debug/arch/x86/boot/bzImage, boot it with
-#   scripts/vm.py --kernel BUILD_DIR/unpatched/debug ...
+# Usage: build-unpatched.sh [BUILD_DIR [debug|lean]]   (default: build debug)
+# Result: BUILD_DIR/unpatched/FLAVOUR/arch/x86/boot/bzImage, boot it with
+#   scripts/vm.py --kernel BUILD_DIR/unpatched/FLAVOUR ...
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
 src=$build/pristine
-out=$build/unpatched/debug
+flavour=${2:-debug}
+case "$flavour" in
+debug) fragments=("$top/kernel/configs/lean.config" "$top/kernel/configs/debug.config") ;;
+lean)  fragments=("$top/kernel/configs/lean.config") ;;
+*)     echo "build-unpatched: unknown flavour '$flavour' (debug or lean)" >&2; exit 2 ;;
+esac
+out=$build/unpatched/$flavour
 [ -f "$build/pristine.done" ] || { echo "build-unpatched: run 'make source' first" >&2; exit 1; }
 
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
@@ -26,9 +33,8 @@ kmake() { make -s -C "$src" O="$out" CC="$cc" "$@"; }
 mkdir -p "$out"
 if [ ! -f "$out/.config" ]; then
 	kmake tinyconfig >/dev/null
-	"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" \
-		"$top/kernel/configs/lean.config" "$top/kernel/configs/debug.config" >/dev/null
-	sed -i 's/^CONFIG_LOCALVERSION=.*/CONFIG_LOCALVERSION="-unpatched-debug"/' "$out/.config"
+	"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "${fragments[@]}" >/dev/null
+	sed -i "s/^CONFIG_LOCALVERSION=.*/CONFIG_LOCALVERSION=\"-unpatched-$flavour\"/" "$out/.config"
 	kmake olddefconfig >/dev/null
 fi
 kmake -j"$(nproc)" bzImage

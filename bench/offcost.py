@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""make bench-offcost: what the series costs when Async-fork is not used.
+
+Boots three kernels built from one config (kernel/configs/lean.config) and
+runs bench/offcost.c in each: the unpatched 6.12 tree, the series with
+CONFIG_ASYNC_FORK=y and vm.async_fork=0, and the series with
+CONFIG_ASYNC_FORK=n.  The boots alternate (A B C, A B C, ...) so that a
+slow phase of the host hits every kernel; each boot runs every test
+--runs times.  Reports, per test and kernel, the median of all runs, the
+spread (min to max, in % of the median) and the ratio of the median to the
+unpatched kernel's; a difference smaller than the spread is noise.
+
+Writes JSON (every value and the run's metadata) and a markdown table.
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(TOP / "scripts"))
+
+import vm  # noqa: E402
+
+KERNELS = (("unpatched", "build/unpatched/lean"),
+           ("y, vm.async_fork=0", "build/lean"),
+           ("n", "build/off"))
+TESTS = ("fork_exit", "fork_1g", "write_fault", "mprotect", "mmap_munmap", "odirect")
+MEMORY = "3G"
+CPUS = 2
+
+# In the guest: Async-fork off if the kernel has it, a loop device over a
+# tmpfs file for the O_DIRECT reads, then the tests.
+GUEST = """set -e
+if [ -e /proc/sys/vm/async_fork ]; then sysctl -qw vm.async_fork=0; fi
+echo "ASYNC_FORK_SYSCTL $(cat /proc/sys/vm/async_fork 2>/dev/null || echo absent)"
+mkdir -p /tmp/oc && mount -t tmpfs tmpfs /tmp/oc
+dd if=/dev/zero of=/tmp/oc/disk bs=1M count=64 status=none
+dev=$(losetup --find --show /tmp/oc/disk)
+{bench} --runs {runs} --blockdev "$dev"
+losetup -d "$dev"
+"""
+
+
+def parse(console: str) -> dict:
+    """{test: [values]} of the RESULT lines of one boot."""
+    out = {}
+    for line in console.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] == "RESULT":
+            out.setdefault(f[1], []).append(float(f[3]))
+    return out
+
+
+def summarize(values: dict) -> dict:
+    """{kernel: {test: {median, min, max, spread_pct, n}}}, ratios to the first kernel."""
+    summary = {}
+    base = next(iter(values))
+    for k, tests in values.items():
+        summary[k] = {}
+        for t, v in tests.items():
+            med = statistics.median(v)
+            summary[k][t] = {"median": med, "min": min(v), "max": max(v), "n": len(v),
+                             "spread_pct": 100 * (max(v) - min(v)) / med if med else 0}
+    for k in summary:
+        for t, s in summary[k].items():
+            b = summary[base].get(t)
+            s["ratio"] = s["median"] / b["median"] if b and b["median"] else None
+    return summary
+
+
+def table(summary: dict, units: dict) -> str:
+    kernels = list(summary)
+    lines = ["| test | unit | " + " | ".join(kernels) + " |",
+             "|---|---|" + "---|" * len(kernels)]
+    for t in TESTS:
+        if t not in summary[kernels[0]]:
+            continue
+        cells = []
+        for k in kernels:
+            s = summary[k][t]
+            ratio = "" if k == kernels[0] else f", x{s['ratio']:.3f}"
+            cells.append(f"{s['median']:.3g} (±{s['spread_pct'] / 2:.0f}%{ratio})")
+        lines.append(f"| {t} | {units.get(t, '')} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--boots", type=int, default=2, help="boots of each kernel (default 2)")
+    ap.add_argument("--runs", type=int, default=5, help="runs of each test per boot (default 5)")
+    ap.add_argument("--out", default=str(TOP / "build/results/offcost"))
+    a = ap.parse_args(argv)
+    if a.boots < 1 or a.runs < 1:
+        print("offcost: --boots and --runs must be at least 1", file=sys.stderr)
+        return 2
+    kernels = [(name, TOP / path) for name, path in KERNELS]
+    for name, path in kernels:
+        try:
+            vm.find_image(path)
+        except vm.VMError as e:
+            print(f"offcost: kernel '{name}': {e} (make bench-offcost builds all three)",
+                  file=sys.stderr)
+            return 2
+    bench = TOP / "build/bench/offcost"
+    if not bench.exists():
+        print("offcost: no build/bench/offcost: run make bench-programs", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    values = {name: {} for name, _ in kernels}
+    units = {}
+    releases = {}
+    sysctl = {}
+    t0 = time.time()
+    for b in range(a.boots):
+        for name, path in kernels:
+            releases[name] = vm.kernel_release(path)
+            print(f"offcost: boot {b + 1}/{a.boots}: {name} ({releases[name]})", flush=True)
+            r = vm.run(path, GUEST.format(bench=bench, runs=a.runs), memory=MEMORY, cpus=CPUS,
+                       timeout=900 + 300 * a.runs, log_path=out / f"console-{b}-{len(values[name])}.log")
+            if not r.ok:
+                print(f"offcost: {name}: " + r.describe(), file=sys.stderr)
+                return 1
+            for line in r.console.splitlines():
+                f = line.split()
+                if len(f) == 5 and f[0] == "RESULT":
+                    units[f[1]] = f[4]
+                elif len(f) == 2 and f[0] == "ASYNC_FORK_SYSCTL":
+                    sysctl[name] = f[1]
+            for t, v in parse(r.console).items():
+                values[name].setdefault(t, []).extend(v)
+    summary = summarize(values)
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               platform.machine())
+    meta = {"project": vm.git_describe(), "kernels": {n: {"path": str(p), "release": releases[n],
+                                                          "vm.async_fork": sysctl.get(n)}
+                                                      for n, p in kernels},
+            "config": "tinyconfig + kernel/configs/lean.config (+ off.config for =n)",
+            "machine": {"mode": "vm", "kvm": vm.kvm_usable(), "guest_cpus": CPUS,
+                        "guest_memory": MEMORY, "host_cpu": cpu,
+                        "host_cpus": len([1 for line in Path("/proc/cpuinfo").read_text().splitlines()
+                                          if line.startswith("processor")])},
+            "arguments": {"boots": a.boots, "runs": a.runs}, "elapsed_s": round(time.time() - t0)}
+    (out / "offcost.json").write_text(json.dumps({"meta": meta, "units": units, "values": values,
+                                                  "summary": summary}, indent=1) + "\n")
+    md = table(summary, units)
+    (out / "offcost.md").write_text(md + "\n")
+    print(md)
+    print(f"offcost: {out}/offcost.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
