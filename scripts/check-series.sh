@@ -52,6 +52,10 @@ touches_kernel() {
 tools_sum=$(cat "$top"/kernel/configs/*.config "$top/scripts/build-kernel.sh" \
 		"$top/scripts/prepare-source.sh" "$0" | sha256sum | cut -c1-16)
 
+# Run in the guest (single quotes: expanded there, not here).
+# shellcheck disable=SC2016
+guest_cmd='echo "vm.async_fork=$(cat /proc/sys/vm/async_fork 2>/dev/null || echo absent)"'
+
 # boot FLAVOUR K: boot the prefix's kernel and check vm.async_fork.
 boot() {
 	local flavour=$1 k=$2 want out
@@ -63,9 +67,9 @@ boot() {
 	fi
 	out=$("$python" "$top/scripts/vm.py" --kernel "$work/$flavour" --memory 1G --timeout 600 \
 		--log "$work/boot-$k-$flavour.log" -- \
-		'cat /proc/sys/vm/async_fork 2>/dev/null || echo absent') ||
+		"$guest_cmd") ||
 		die "the $flavour kernel with patches 1..$k does not boot cleanly: $work/boot-$k-$flavour.log"
-	out=$(printf '%s\n' "$out" | tail -n1)
+	out=$(printf '%s\n' "$out" | sed -n 's/^.*vm\.async_fork=\([a-z0-9]*\).*$/\1/p' | tail -n1)
 	[ "$out" = "$want" ] ||
 		die "the $flavour kernel with patches 1..$k: vm.async_fork is '$out', expected '$want'"
 }
