@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Build the upstream mm selftests of the prepared tree against its own uapi
-# headers, into BUILD_DIR/upstream-mm.  Only the programs the project runs.
+# headers, into BUILD_DIR/upstream-mm.  Only the programs the project runs,
+# and the series' own.
 #
 # Usage: build-upstream-selftests.sh BUILD_DIR
 set -euo pipefail
@@ -19,6 +20,12 @@ out=$build/upstream-mm
 top=$(cd "$(dirname "$0")/.." && pwd)
 mapfile -t progs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$top/tests/upstream_mm.list" |
 		     awk '{ for (i = 1; i <= NF && $i ~ /=/; i++); print $i }' | sort -u)
+
+# The series' own selftests, where the tree has them (patch 14): built by
+# the upstream Makefile too, to show that they build there.
+for p in async_fork fork_snapshot; do
+	[ -f "$src/tools/testing/selftests/mm/$p.c" ] && progs+=("$p")
+done
 
 make -s -C "$src" O="$build/headers" headers >/dev/null
 # Re-detect optional libraries (liburing) each time, as a fresh tree would.

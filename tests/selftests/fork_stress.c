@@ -59,8 +59,8 @@
 #include <unistd.h>
 
 #include "kselftest.h"
-#include "snapshot.h"
-#include "knobs.h"
+#include "async_fork_snapshot.h"
+#include "async_fork_knobs.h"
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE	25
@@ -1457,7 +1457,7 @@ int main(int argc, char **argv)
 		ksft_exit_fail_perror("memfd_create");
 	pt0 = meminfo_kb("PageTables");
 	read_af(af0);
-	mig0 = vmstat("pgmigrate_success");
+	mig0 = read_vmstat("pgmigrate_success");
 
 	pthread_rwlockattr_t attr;
 
@@ -1588,7 +1588,7 @@ int main(int argc, char **argv)
 			ksft_print_msg("KSM merged nothing\n");
 			ok = false;
 		}
-		if (opt.numa && vmstat("pgmigrate_success") == mig0) {
+		if (opt.numa && read_vmstat("pgmigrate_success") == mig0) {
 			ksft_print_msg("no page migrated\n");
 			ok = false;
 		}
