@@ -7,9 +7,10 @@
 #
 # Each folder gets what `git format-patch --cover-letter --base` makes:
 # whole patches (new files included), numbered, with base-commit:, the
-# recipients that scripts/get_maintainer.pl names, and a cover letter
-# whose subject and text come from kernel/cover-letter-<folder>.txt (its
-# first line is the subject).  kernel/patches/series is rewritten to
+# recipients that scripts/get_maintainer.pl names (and those of the
+# template's "Cc:" lines), and a cover letter whose subject and text come
+# from kernel/cover-letter-<folder>.txt: its first line is the subject,
+# then optional "Cc: name <address>, ..." lines, a blank line, the text.  kernel/patches/series is rewritten to
 # apply both in order.  From: and Signed-off-by: name the submitter: the
 # tree's git config user.name and user.email, which must be set.
 #
@@ -50,7 +51,8 @@ export_one() {
 	recipients=$(cd "$tree" && scripts/get_maintainer.pl --no-git --no-rolestats \
 			--no-multiline --separator ', ' "${msgs[@]:1}") ||
 		die "scripts/get_maintainer.pl failed in $tree"
-	recipients=$(printf '%s\n' "$recipients" | sed 's/, /\n/g')
+	recipients=$( { printf '%s\n' "$recipients"
+			sed -n '2,/^$/s/^Cc: //p' "$template"; } | sed 's/, /\n/g' | sed '/^$/d')
 	# To: linux-mm if the series touches mm, else the first list named;
 	# Cc: everyone else but the submitter, who sends it.
 	recipients=$(printf '%s\n' "$recipients" | grep -vF "<$email>" || true)
@@ -65,7 +67,7 @@ export_one() {
 	python3 - "$out" "$template" "$subject" "$to" "$cc" "$date" <<'PY'
 import glob, os, re, sys
 out, template, subject, to, cc, date = sys.argv[1:]
-blurb = open(template).read().split("\n", 1)[1].strip("\n")
+blurb = open(template).read().split("\n\n", 1)[1].strip("\n")
 for path in sorted(glob.glob(os.path.join(out, "*.patch"))):
     s = open(path).read()
     head, sep, body = s.partition("\n\n")
