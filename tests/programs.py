@@ -37,7 +37,8 @@ def stress_programs(seconds: int, redis_snapshots: int,
         harness.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k -D 80"),
         # Reclaim to swap: a 40 MiB memory cgroup for a 32 MiB process and its
         # children.  One retry: zeros in a child's snapshot, the open finding of
-        # docs/findings/memcg-zeros.md, happen on the unpatched 6.12 kernel too;
+        # docs/findings/memcg-zeros.md, happen on the unpatched 6.12 kernel too
+        # with swap on zram (the suite and make soak swap to a loop device);
         # a failed run is still reported (a warning, with its output).
         harness.Program("fork_stress_memcg", timeout,
                         async_fork(2, 1) + f"{stress} -g 40 -D 80", retries=1),
