@@ -5,9 +5,10 @@
 Boots three kernels built from one config (kernel/configs/lean.config) and
 runs bench/offcost.c in each: the unpatched 6.12 tree, the series with
 CONFIG_ASYNC_FORK=y and vm.async_fork=0, and the series with
-CONFIG_ASYNC_FORK=n.  The boots alternate (A B C, A B C, ...) so that a
-slow phase of the host hits every kernel; each boot runs every test
---runs times.  Reports, per test and kernel, the median of all runs, the
+CONFIG_ASYNC_FORK=n.  The boots alternate, in a rotating order (A B C,
+B C A, C A B, ...), so that neither a slow phase of the host nor the
+place in a round favours a kernel; each boot runs every test --runs
+times.  Reports, per test and kernel, the median of all runs, the
 spread (min to max, in % of the median) and the ratio of the median to the
 unpatched kernel's; a difference smaller than the spread is noise.
 
@@ -92,7 +93,7 @@ def table(summary: dict, units: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--boots", type=int, default=2, help="boots of each kernel (default 2)")
+    ap.add_argument("--boots", type=int, default=3, help="boots of each kernel (default 3)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each test per boot (default 5)")
     ap.add_argument("--out", default=str(TOP / "build/results/offcost"))
     a = ap.parse_args(argv)
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
     sysctl = {}
     t0 = time.time()
     for b in range(a.boots):
-        for name, path in kernels:
+        for name, path in kernels[b % len(kernels):] + kernels[:b % len(kernels)]:
             releases[name] = vm.kernel_release(path)
             print(f"offcost: boot {b + 1}/{a.boots}: {name} ({releases[name]})", flush=True)
             r = vm.run(path, GUEST.format(bench=bench, runs=a.runs), memory=MEMORY, cpus=CPUS,
@@ -150,7 +151,8 @@ def main(argv=None) -> int:
             "arguments": {"boots": a.boots, "runs": a.runs}, "elapsed_s": round(time.time() - t0)}
     (out / "offcost.json").write_text(json.dumps({"meta": meta, "units": units, "values": values,
                                                   "summary": summary}, indent=1) + "\n")
-    md = table(summary, units)
+    md = (table(summary, units) + "\n\nmedian of all runs (± half the range from the fastest to the "
+          "slowest run, in % of the median; x: ratio to the unpatched kernel's median)")
     (out / "offcost.md").write_text(md + "\n")
     print(md)
     print(f"offcost: {out}/offcost.json")

@@ -38,4 +38,5 @@ if [ ! -f "$out/.config" ]; then
 	kmake olddefconfig >/dev/null
 fi
 kmake -j"$(nproc)" bzImage
+kmake -s kernelrelease > "$out/kernelrelease"
 echo "build-unpatched: $out/arch/x86/boot/bzImage ($(kmake -s kernelrelease))"
