@@ -33,9 +33,13 @@ GIT_AUTHOR_DATE="@0 +0000" GIT_COMMITTER_NAME="linux-source-6.12" \
 GIT_COMMITTER_EMAIL="linux-source@debian.invalid" GIT_COMMITTER_DATE="@0 +0000" \
 	git -c commit.gpgsign=false commit -q -m "Debian linux-source-6.12 $version ($(basename "$tarball"))"
 git tag asyncfork-base
-# git am needs an identity; the submitter's own is used when set.
-git config user.name >/dev/null || git config user.name "Async-fork developer"
-git config user.email >/dev/null || git config user.email "async-fork@localhost"
+# git am records a committer: the submitter's identity when git config has
+# one; otherwise a stand-in for this command only, never written to the
+# tree's config, so that export-series.sh still refuses to export without
+# the submitter's own.
+if ! git config user.name >/dev/null || ! git config user.email >/dev/null; then
+	export GIT_COMMITTER_NAME="kernel-git.sh" GIT_COMMITTER_EMAIL="kernel-git@invalid"
+fi
 while read -r p _; do
 	case "$p" in ''|'#'*) continue ;; esac
 	case "$p" in async-fork/*)
