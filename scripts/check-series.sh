@@ -62,9 +62,11 @@ guest_cmd='echo "vm.async_fork=$(cat /proc/sys/vm/async_fork 2>/dev/null || echo
 boot() {
 	local flavour=$1 k=$2 want out
 	want=absent
+	# grep reads the files itself: "cat | grep -q" fails under pipefail
+	# whenever grep stops at a match before cat has written everything.
 	if [ "$flavour" = lean ] &&
-	   printf '%s\n' "${patches[@]:0:k}" | xargs -I{} cat "$top/kernel/patches/{}" |
-	   grep -q '^+[[:space:]]*\.procname[[:space:]]*= "async_fork",'; then
+	   (cd "$top/kernel/patches" &&
+	    grep -q '^+[[:space:]]*\.procname[[:space:]]*= "async_fork",' -- "${patches[@]:0:k}"); then
 		want=1
 	fi
 	out=$("$python" "$top/scripts/vm.py" --kernel "$work/$flavour" --memory 1G --timeout 600 \
