@@ -1,52 +1,54 @@
 # SPDX-License-Identifier: GPL-2.0
 # Async-fork: build, boot and test a patched Linux 6.12 LTS kernel.
 #
-#   make setup         install what the project needs (apt, pip into .venv)
-#   make kernel-debug  build the debug guest kernel (correctness runs)
-#   make kernel-lean   build the lean guest kernel (benchmarks, demo)
-#   make kernel-kasan  build the debug kernel with generic KASAN (make soak KERNEL=kasan)
-#   make kernel-kcsan  build the debug kernel with KCSAN (data-race runs)
-#   make check         the fast checks (under a minute): ruff, shellcheck,
-#                      checkpatch on the series, the host-only tests
-#   make test          make check, then build the debug kernel and the tests,
-#                      boot, run them
-#   make demo          build the lean kernel, snapshot Redis under load, both ways
-#                      (SERVER=valkey: Valkey; NATIVE=1/0: on this machine or in
-#                      the VM; by default native when it runs an Async-fork kernel)
-#   make bench         build the lean kernel, run the benchmarks (fork() against
-#                      memory size and copy threads; Redis snapshots across sizes,
-#                      loads and copy threads): bench-fork, then bench-redis
-#   make soak          the randomized tests (fork_stress, stress-ng, Redis digests)
-#                      on the debug kernel (KERNEL=kasan or kcsan: that one) for
-#                      SOAK_MINUTES (default 30), recorded in docs/results/soak-*.json;
-#                      SOAK_ARGS='--swap zram' swaps to zram instead of a loop device
-#   make bench-offcost what the series costs unused: micro-benchmarks on the
-#                      unpatched kernel, CONFIG_ASYNC_FORK=y with vm.async_fork=0
-#                      and =n, one config, alternating boots (~1 h with builds)
-#   make baseline      run the upstream mm selftests and rewrite their baseline
-#   make check-series  build and boot the kernel with each prefix of the patch
-#                      series, CONFIG_ASYNC_FORK=y and =n (resumable; hours cold)
-#   make kernel-git    a kernel git tree to edit the series in: the tarball, then
-#                      git am of kernel/patches ($(KGIT))
-#   make export-series that tree back into kernel/patches: both series, with
-#                      cover letters, base-commit and recipients
-#   make vm CMD='...'  boot the debug kernel and run one command in it
-#   make deb           kernel packages from Debian's own config with Async-fork
-#                      (FLAVOUR=cloud-amd64 or amd64; DEB_DBG=0 skips -dbg),
-#                      plus async-fork-tools, into $(BUILD)/debs/ (hours)
-#   make deb-config    only the packaged kernel's .config, checked against Debian's
-#   make test-deb      boot the package make deb built, with its modules, and run
-#                      the snapshot tests on it: Debian's defaults, then with KSM,
-#                      DAMON reclaim, MGLRU aging and NUMA balancing acting (~1 h)
-#   make tools-deb     only the async-fork-tools package (seconds)
-#   make virtiofsd     build virtio-fs's daemon into $(BUILD)/tools (make test-deb)
+# Targets (make help prints this list):
+#   make help           this list
+#   make all            the same as make help (so is plain make)
+#   make setup          install what the project needs: apt packages, .venv, the harness (SETUP_ARGS=--yes)
+#   make source         unpack the kernel source and apply the series into $(BUILD)/linux
+#   make kernel-debug   build the debug guest kernel (correctness runs)
+#   make kernel-lean    build the lean guest kernel (benchmarks, demo)
+#   make kernel-off     build the lean kernel with CONFIG_ASYNC_FORK=n (bench-offcost)
+#   make kernel-kasan   build the debug kernel with generic KASAN (make soak KERNEL=kasan)
+#   make kernel-kcsan   build the debug kernel with KCSAN (data-race runs)
+#   make selftests      build the project's kselftest programs against the prepared tree
+#   make upstream-selftests  build the upstream mm selftests from the prepared tree
+#   make bench-programs build the C load generators and micro-benchmarks into $(BUILD)/bench
+#   make check          the fast checks (under a minute): ruff, shellcheck, checkpatch, host-only tests
+#   make test           make check, then build the debug kernel and the tests, boot, run them
+#   make demo           build the lean kernel, snapshot Redis under load both ways (SERVER=, NATIVE=, DEMO_ARGS=)
+#   make bench          bench-fork, then bench-redis
+#   make bench-fork     fork() against memory size and copy threads (NATIVE=, BENCH_FORK_ARGS=)
+#   make bench-redis    Redis snapshots across sizes, loads and copy threads (SERVER=, NATIVE=, BENCH_REDIS_ARGS=)
+#   make bench-offcost  the series' cost unused: unpatched, =y with vm.async_fork=0, =n (OFFCOST_ARGS=)
+#   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan, SOAK_ARGS=)
+#   make baseline       run the upstream mm selftests and rewrite their baseline
+#   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours)
+#   make kernel-git     a kernel git tree to edit the series in ($(KGIT)): the tarball, then git am
+#   make export-series  that tree back into kernel/patches, with cover letters, base-commit, recipients
+#   make vm CMD='...'   boot the $(KERNEL) kernel (default debug) and run one command in it
+#   make deb            kernel packages from Debian's config (FLAVOUR=cloud-amd64 or amd64, DEB_DBG=0; hours)
+#   make deb-config     only the packaged kernel's .config, checked against Debian's
+#   make test-deb       boot the package make deb built and run the snapshot tests on it (~1 h)
+#   make tools-deb      only the async-fork-tools package (seconds)
+#   make virtiofsd      build virtio-fs's daemon into $(BUILD)/tools (make test-deb needs it)
+#   make clean          remove the built kernels, programs, packages and results from $(BUILD)
+#   make distclean      remove $(BUILD) and .venv
 #
-# Everything generated lands in $(BUILD) (ignored by git).
+# Variables: BUILD (default build; everything generated lands there, ignored
+# by git), KERNEL, NATIVE (1: on this machine, 0: in the VM, unset: native if
+# the running kernel has Async-fork), SERVER (redis or valkey), FLAVOUR,
+# SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
+# Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/.
 
 KERNEL_TARBALL ?= /usr/src/linux-source-6.12.tar.xz
 BUILD          ?= build
 KGIT           ?= $(BUILD)/kgit
 PYTHON         := .venv/bin/python
+# The harness (python/asyncfork) of this checkout, installed or not, and
+# the build folder it works in.
+export PYTHONPATH      := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH))
+export ASYNCFORK_BUILD := $(abspath $(BUILD))
 PYTEST_ARGS    ?=
 SOAK_MINUTES   ?= 30
 SOAK_ARGS      ?=
@@ -67,7 +69,7 @@ KSRC := $(BUILD)/linux
 all: help
 
 help:
-	@sed -n '3,45s/^# \{0,1\}//p' Makefile
+	@sed -n '4,/^$$/s/^# \{0,1\}//p' Makefile
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -90,25 +92,25 @@ bench-programs:
 	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/bench
 
 demo: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) bench/redis_demo.py $(NATIVE_FLAG) --server $(SERVER) $(DEMO_ARGS)
+	@$(PYTHON) -m asyncfork.demo $(NATIVE_FLAG) --server $(SERVER) $(DEMO_ARGS)
 
 bench: bench-fork bench-redis
 
 bench-fork: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) bench/fork_bench.py $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
+	@$(PYTHON) -m asyncfork.fork_bench $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
 
 bench-offcost: kernel-lean kernel-off bench-programs
 	@scripts/build-unpatched.sh $(BUILD) lean
-	@$(PYTHON) bench/offcost.py $(OFFCOST_ARGS)
+	@$(PYTHON) -m asyncfork.offcost $(OFFCOST_ARGS)
 
 bench-redis: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) bench/redis_bench.py $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
+	@$(PYTHON) -m asyncfork.redis_bench $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
 
 SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh .ci/run
 
 # Some host tests drive the load generator against a host Redis/Valkey.
 check: source bench-programs
-	@.venv/bin/ruff check bench scripts tests
+	@.venv/bin/ruff check python scripts tests
 	@shellcheck $(SHELL_SCRIPTS)
 	@$(PYTHON) -m pytest -q -p no:cacheprovider -m "not guest and not slow" tests
 
@@ -116,7 +118,7 @@ test: check kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest -m "guest or slow" tests $(PYTEST_ARGS)
 
 soak: kernel-$(KERNEL) selftests
-	@$(PYTHON) tests/soak.py --kernel $(KERNEL) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+	@$(PYTHON) -m asyncfork.soak --kernel $(KERNEL) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 baseline: kernel-debug upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
@@ -137,7 +139,7 @@ deb-config: source
 	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
 
 test-deb: selftests virtiofsd
-	@$(PYTHON) tests/deb_suite.py --flavour $(FLAVOUR) --build $(BUILD)
+	@$(PYTHON) -m asyncfork.deb_suite --flavour $(FLAVOUR) --build $(BUILD)
 
 # Debian's cloud kernels have no 9p: their guests see the root through
 # virtio-fs, whose daemon Debian 12 does not package (crates.io does).
@@ -151,7 +153,7 @@ tools-deb:
 	@scripts/build-tools-deb.sh $(BUILD)
 
 vm: kernel-$(KERNEL)
-	@$(PYTHON) scripts/vm.py --kernel $(BUILD)/$(KERNEL) -- $(CMD)
+	@$(PYTHON) -m asyncfork.vm --kernel $(BUILD)/$(KERNEL) -- $(CMD)
 
 .DEFAULT:
 	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2

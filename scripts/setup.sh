@@ -99,6 +99,15 @@ if ! .venv/bin/python -c 'import pytest, virtme_ng' 2>/dev/null ||
 else
 	step "python: .venv up to date"
 fi
+# The harness itself (python/asyncfork), editable, so that its commands
+# run this checkout's code: built with .venv's setuptools and the wheel
+# package of requirements.txt (no build isolation: nothing is downloaded).
+if [ "$(cd / && "$top/.venv/bin/python" -c 'import asyncfork; print(asyncfork.__file__)' 2>/dev/null)" != "$top/python/asyncfork/__init__.py" ] ||
+   ! cmp -s pyproject.toml .venv/pyproject.installed; then
+	step "python: installing the harness (python/asyncfork) into .venv, editable"
+	.venv/bin/pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+	cp pyproject.toml .venv/pyproject.installed
+fi
 
 [ -r /usr/src/linux-source-6.12.tar.xz ] ||
 	{ echo "setup: /usr/src/linux-source-6.12.tar.xz is missing after installing linux-source-6.12" >&2; exit 1; }

@@ -3,7 +3,7 @@
 
 All kernel test programs run in a single boot of the debug kernel (the
 `guest` fixture); each pytest test then judges one program from the files
-that boot left in build/results/.
+that boot left in BUILD/results/ (make's BUILD=, by default build/).
 """
 
 import sys
@@ -11,21 +11,22 @@ from pathlib import Path
 
 import pytest
 
-TOP = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TOP / "tests"))
-sys.path.insert(0, str(TOP / "scripts"))
+from asyncfork import paths, programs, suite, vm
+# The tests take the checkout and the build folder from here.
+from asyncfork.paths import BUILD as BUILD
+from asyncfork.paths import TOP as TOP
 
-import harness  # noqa: E402
-import programs  # noqa: E402
-import vm  # noqa: E402
 
-BUILD = TOP / "build"
+def module_command(module: str) -> list[str]:
+    """The command line of `python -m asyncfork.MODULE` with this pytest's
+    python, the package of this checkout and its build folder."""
+    return paths.python_command(module, python=sys.executable)
 
 
 def pytest_addoption(parser):
     g = parser.getgroup("async-fork")
     g.addoption("--kernel", default=str(BUILD / "debug"),
-                help="kernel build folder to test (default build/debug)")
+                help="kernel build folder to test (default BUILD/debug)")
     g.addoption("--guest-memory", default="4G", help="guest memory (default 4G)")
     g.addoption("--guest-cpus", type=int, default=3,
                 help="guest CPUs (default 3: the migration test needs 2 threads besides its own)")
@@ -67,7 +68,7 @@ upstream_programs = programs.upstream_programs
 
 
 @pytest.fixture(scope="session")
-def guest(request, kernel) -> harness.SuiteRun:
+def guest(request, kernel) -> suite.SuiteRun:
     """One boot that runs every suite program; results for all tests."""
     upstream = upstream_programs(0 if request.config.getoption("--write-baseline") else 2)
     missing = programs.missing(OWN_PROGRAMS + upstream)
@@ -77,7 +78,7 @@ def guest(request, kernel) -> harness.SuiteRun:
     # Swap on a loop device, as make soak: with zram, fork_stress_memcg
     # meets the zeros of docs/findings/memcg-zeros.md, which the unpatched
     # 6.12 kernel shows too (reproduce with make soak SOAK_ARGS='--swap zram').
-    run = harness.run_suite(
+    run = suite.run_suite(
         kernel, OWN_PROGRAMS + upstream, BUILD / "results/suite",
         memory=request.config.getoption("--guest-memory"),
         cpus=request.config.getoption("--guest-cpus"), numa_nodes=2, swap="loop")

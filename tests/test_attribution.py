@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""--attribute's analysis (bench/attribution.py) on tracefs text: traces
+"""--attribute's analysis (asyncfork.attribution) on tracefs text: traces
 written here in the kernel's own formats, each with one known delay, and a
 real trace from a guest run of the lean kernel (tests/data/), trimmed.  A
 delay must be given to its cause with its duration, a wait for a CPU must
@@ -7,15 +7,13 @@ name who had it, the causes of every request must add up to its latency,
 and lost events must be reported and never analysed past."""
 
 import json
-import sys
 
 import pytest
 from conftest import TOP
 
-sys.path.insert(0, str(TOP / "bench"))
-import attribution  # noqa: E402
-import native  # noqa: E402
-import redis_demo  # noqa: E402
+from asyncfork import attribution
+from asyncfork import native
+from asyncfork import demo
 
 SERVER, LOADGEN, CHILD = 100, 200, 300
 MS = 1_000_000
@@ -320,7 +318,7 @@ def test_attribute_refused_natively_without_tracefs(tmp_path):
     (root / "proc/sys/vm").mkdir(parents=True)
     (root / "proc/sys/vm/async_fork").write_text("1\n")
     before = sorted(p.relative_to(root) for p in root.rglob("*"))
-    why = redis_demo.attribute_unavailable(True, tmp_path, root)
+    why = demo.attribute_unavailable(True, tmp_path, root)
     assert "no tracefs" in why
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
 
@@ -329,7 +327,7 @@ def test_attribute_refused_for_a_guest_kernel_without_kprobes(tmp_path):
     (tmp_path / ".config").write_text("CONFIG_FTRACE=y\nCONFIG_EVENT_TRACING=y\n"
                                       "CONFIG_FTRACE_SYSCALLS=y\nCONFIG_ASYNC_FORK=y\n"
                                       "# CONFIG_KPROBE_EVENTS is not set\n")
-    why = redis_demo.attribute_unavailable(False, tmp_path)
+    why = demo.attribute_unavailable(False, tmp_path)
     assert "CONFIG_KPROBE_EVENTS" in why and "CONFIG_KRETPROBES" in why
 
 
@@ -357,7 +355,7 @@ def real():
         events, lost = attribution.parse(f)
     rec = run["record"]
     tl = attribution.Timeline(events, rec["server_pid"], rec["loadgen_pid"])
-    _, rows = redis_demo.read_latency(DATA / "latency-async.txt")
+    _, rows = demo.read_latency(DATA / "latency-async.txt")
     reqs = attribution.requests_mono(rows, attribution.read_header(DATA / "latency-async.txt"))
     return run, events, lost, tl, reqs
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, module_command
 
 PY = sys.executable
 QUICK = 60      # seconds: none of these may get as far as booting a guest
@@ -21,19 +21,19 @@ def run(args, timeout=QUICK):
 
 
 @pytest.mark.parametrize("script,args,message", [
-    ("redis_demo.py", ["--dataset-mb", "4096", "--memory", "2G"], "does not fit"),
-    ("redis_demo.py", ["--rate", "0"], "--rate"),
-    ("redis_demo.py", ["--no-such-option"], "unrecognized arguments"),
-    ("redis_demo.py", ["--memory", "lots"], "lots"),
-    ("redis_bench.py", ["--sizes", "256,big"], "--sizes"),
-    ("redis_bench.py", ["--sizes", "8192", "--memory", "4G"], "does not fit"),
-    ("redis_bench.py", ["--threads", "64"], "copy threads"),
-    ("fork_bench.py", ["--sizes", "8192", "--memory", "4G"], "do not fit"),
-    ("fork_bench.py", ["--threads", "0"], "--threads"),
-    ("fork_bench.py", ["--repeat", "x"], "invalid int"),
+    ("demo", ["--dataset-mb", "4096", "--memory", "2G"], "does not fit"),
+    ("demo", ["--rate", "0"], "--rate"),
+    ("demo", ["--no-such-option"], "unrecognized arguments"),
+    ("demo", ["--memory", "lots"], "lots"),
+    ("redis_bench", ["--sizes", "256,big"], "--sizes"),
+    ("redis_bench", ["--sizes", "8192", "--memory", "4G"], "does not fit"),
+    ("redis_bench", ["--threads", "64"], "copy threads"),
+    ("fork_bench", ["--sizes", "8192", "--memory", "4G"], "do not fit"),
+    ("fork_bench", ["--threads", "0"], "--threads"),
+    ("fork_bench", ["--repeat", "x"], "invalid int"),
 ])
 def test_bad_argument_is_refused(script, args, message):
-    r = run([PY, str(TOP / "bench" / script), "--kernel", "/nonexistent"] + args)
+    r = run(module_command(script) + ["--kernel", "/nonexistent"] + args)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert message in r.stderr, r.stderr
     assert "booting" not in r.stdout

@@ -1,17 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The demo's reading of the tracepoints (bench/redis_snapshot.py Trace and
-bench/redis_demo.py syscall_summary), on tracefs text of the kernel's own
+"""The demo's reading of the tracepoints (asyncfork.redis_snapshot Trace and
+asyncfork.demo syscall_summary), on tracefs text of the kernel's own
 formats: the server's proactive synchronizations, its child's copy and the
 syscalls of its main thread, each attributed to the right task, and a
 syscall stall that must show as the longest besides fork()."""
 
-import sys
 
-from conftest import TOP
 
-sys.path.insert(0, str(TOP / "bench"))
-import redis_demo  # noqa: E402
-import redis_snapshot  # noqa: E402
+from asyncfork import demo
+from asyncfork import redis_snapshot
 
 PID = 4242
 TRACE = """\
@@ -63,7 +60,7 @@ def test_trace_reads_server_events_and_syscalls(tmp_path, monkeypatch):
     assert ev["syscalls"]["mmap"]["count"] == 1
     assert set(ev["syscalls"]) == {"clone", "openat", "mmap", "write"}
 
-    sc = redis_demo.syscall_summary(ev)
+    sc = demo.syscall_summary(ev)
     assert sc["longest"] == "mmap"
     assert abs(sc["longest_ms"] - 358.0) < 1e-6
     assert sc["mmap_lock_calls"] == 1
@@ -83,7 +80,7 @@ def test_no_syscall_trace_is_not_a_clean_one(tmp_path, monkeypatch):
     (tmp_path / "trace").write_text(TRACE)
     ev = t.stop(PID)
     assert ev["syscalls"] is None
-    assert redis_demo.syscall_summary(ev) is None
+    assert demo.syscall_summary(ev) is None
     assert len(ev["syncs"]) == 1
 
 

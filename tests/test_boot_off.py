@@ -11,7 +11,7 @@ import re
 import pytest
 
 from conftest import BUILD
-import vm
+from asyncfork import vm
 
 OFF_LINE = "async_fork: off in this boot: async_fork=off"
 

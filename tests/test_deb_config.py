@@ -8,7 +8,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import deb_config
+from asyncfork import deb_config
 import pytest
 from conftest import BUILD, TOP
 

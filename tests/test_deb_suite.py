@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: GPL-2.0
-"""make test-deb's plan (tests/deb_suite.py), without booting anything."""
+"""make test-deb's plan (asyncfork.deb_suite), without booting anything."""
 
 import shlex
 
 import pytest
 
-import deb_suite
+from asyncfork import deb_suite
 
 
 def test_find_package_wants_make_deb_first(tmp_path):
@@ -45,7 +45,7 @@ def test_shipped_programs_cover_both_modes():
 
 
 def test_wrapped_commands_are_judged_as_the_program_they_run():
-    import soak
+    from asyncfork import soak
     for p in deb_suite.walker_programs(30):
         if p.name == "fork_stress":
             assert soak.is_fork_stress(p) and soak.expects_async(p)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import harness
-import vm
+from asyncfork import suite
+from asyncfork import vm
 from conftest import BUILD, TOP
 
 
@@ -87,7 +87,7 @@ def test_patch_that_does_not_apply(tmp_path):
 
 
 def test_ktap_parser():
-    cases = harness.parse_ktap(
+    cases = suite.parse_ktap(
         "TAP version 13\n1..4\nok 1 first\nnot ok 2 second\n"
         "ok 3 # SKIP no hugetlb\nok 4 first\n# Totals: pass:2 fail:1\n")
     assert [(c.name, c.status) for c in cases] == [
@@ -100,24 +100,24 @@ def test_failed_case_output():
     text = ("#  RUN           f.a.one ...\n# f.c:10:one:Expected 0 == 1\n"
             "#          FAIL  f.a.one\nnot ok 1 f.a.one\n#  RUN           f.a.two ...\n"
             "ok 2 f.a.two\nnot ok 3 digest differs\n")
-    assert harness.case_log(text, "f.a.one").splitlines() == text.splitlines()[:4]
-    assert harness.case_log(text, "digest differs") == "not ok 3 digest differs"
-    assert harness.case_log(text, "f.a.two") == ""
+    assert suite.case_log(text, "f.a.one").splitlines() == text.splitlines()[:4]
+    assert suite.case_log(text, "digest differs") == "not ok 3 digest differs"
+    assert suite.case_log(text, "f.a.two") == ""
 
 
 def test_non_ktap_parsers():
-    uffd = harness.parse_output("uffd-unit-tests",
+    uffd = suite.parse_output("uffd-unit-tests",
                                 "Testing move on anon... done\n"
                                 "Testing wp-fork-pin on anon... skipped [reason: x]\n"
                                 "Testing poison on shmem... failed [reason: y]\n")
     assert [(c.name, c.status) for c in uffd] == [
         ("move on anon", "pass"), ("wp-fork-pin on anon", "skip"), ("poison on shmem", "fail")]
     ok, fail = "\x1b[32mOK\x1b[0m", "\x1b[31mFail\x1b[0m"
-    khp = harness.parse_output("khugepaged",
+    khp = suite.parse_output("khugepaged",
                                f"\nRun test: a (x:anon)\nstep... {ok}\n"
                                f"\nRun test: b (x:anon)\nstep... {ok}\nstep... {fail}\n")
     assert [(c.name, c.status) for c in khp] == [("a (x:anon)", "pass"), ("b (x:anon)", "fail")]
-    sng = harness.parse_output("stress-ng",
+    sng = suite.parse_output("stress-ng",
                                "stress-ng: info:  [5] successful run completed in 30.1s\n"
                                "stress-ng: fail:  [8] vm: detected 3 bit errors\n"
                                "stress-ng: info:  [7] unsuccessful run completed in 30.2s\n")
@@ -136,7 +136,7 @@ def test_report_scanner_ignores_benign_lines():
 def test_program_list_options(tmp_path):
     lst = tmp_path / "list"
     lst.write_text("# c\ncow\ntimeout=60 retries=1 uffd-unit-tests -f events # why\ncow x\n")
-    progs = harness.read_programs(lst, Path("/b"), 900)
+    progs = suite.read_programs(lst, Path("/b"), 900)
     assert [(p.name, p.timeout, p.retries, p.command) for p in progs] == [
         ("cow", 900, 0, "/b/cow"),
         ("uffd-unit-tests", 60, 1, "/b/uffd-unit-tests -f events"),
@@ -144,7 +144,7 @@ def test_program_list_options(tmp_path):
     for bad in ("retry=1 cow", "timeout=x cow", "timeout=5"):
         lst.write_text(bad + "\n")
         with pytest.raises(ValueError, match="list:1"):
-            harness.read_programs(lst, Path("/b"), 900)
+            suite.read_programs(lst, Path("/b"), 900)
 
 
 @pytest.mark.guest
@@ -155,15 +155,15 @@ def test_injected_warn_fails_the_program(kernel, tmp_path):
     the failed runs are kept, and that a program that overruns its timeout
     is killed with the state and stack of each task kept as evidence."""
     marker = tmp_path / "results/marker"
-    progs = [harness.Program("inject_warn", 60,
+    progs = [suite.Program("inject_warn", 60,
                              "echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT && "
                              "echo 'ok 1 wrote WARNING to LKDTM'"),
-             harness.Program("fails_once", 30,
+             suite.Program("fails_once", 30,
                              f"if [ -e {marker} ]; then echo 'ok 1 second'; "
                              f"else touch {marker}; echo 'not ok 1 first'; exit 1; fi", 1),
-             harness.Program("fails_always", 30, "echo 'not ok 1 no'; exit 3", 1),
-             harness.Program("overruns", 5, "echo 'ok 1 started'; sleep 600")]
-    run = harness.run_suite(kernel, progs, tmp_path / "results", memory="1G", numa_nodes=1)
+             suite.Program("fails_always", 30, "echo 'not ok 1 no'; exit 3", 1),
+             suite.Program("overruns", 5, "echo 'ok 1 started'; sleep 600")]
+    run = suite.run_suite(kernel, progs, tmp_path / "results", memory="1G", numa_nodes=1)
     problems = run.problems("inject_warn")
     assert run.results["inject_warn"].rc == 0  # the program itself "passed"...
     assert any("kernel report" in p and "WARNING" in p and "lkdtm" in p.lower()

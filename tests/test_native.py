@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""Native mode of the demo and the benchmarks (bench/native.py), on the host:
+"""Native mode of the demo and the benchmarks (asyncfork.native), on the host:
 
   * the decision (the running kernel's /proc/sys/vm/async_fork, NATIVE=0/1,
     --native/--vm), with a fake root;
@@ -23,13 +23,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, module_command
 
-sys.path.insert(0, str(TOP / "bench"))
-import fork_bench
-import native
-import redis_bench
-import redis_snapshot
+from asyncfork import fork_bench
+from asyncfork import native
+from asyncfork import redis_bench
+from asyncfork import redis_snapshot
 
 PY = sys.executable
 HOST_HAS_ASYNC_FORK = native.has_async_fork()
@@ -128,16 +127,16 @@ def host_state() -> dict:
 
 @pytest.mark.skipif(HOST_HAS_ASYNC_FORK, reason="this host's kernel has Async-fork")
 @pytest.mark.parametrize("script,how", [
-    ("redis_demo.py", "env"), ("redis_demo.py", "flag"), ("redis_bench.py", "env"),
-    ("fork_bench.py", "env"), ("fork_bench.py", "flag"),
+    ("demo", "env"), ("demo", "flag"), ("redis_bench", "env"),
+    ("fork_bench", "env"), ("fork_bench", "flag"),
 ])
 def test_native_on_this_host_stops_at_once(tmp_path, script, how):
     out = tmp_path / "out"
     env = dict(os.environ, NATIVE="1" if how == "env" else "")
     args = ["--native"] if how == "flag" else []
     before = host_state()
-    r = subprocess.run([PY, str(TOP / "bench" / script), "--out", str(out),
-                        "--kernel", "/nonexistent"] + args,
+    r = subprocess.run(module_command(script) + ["--out", str(out),
+                                                "--kernel", "/nonexistent"] + args,
                        capture_output=True, text=True, timeout=60, env=env, cwd=TOP,
                        check=False)
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -275,8 +274,8 @@ def test_signal_during_a_run_puts_everything_back(tmp_path, sig, rc):
     port = redis_snapshot.free_port_pair()
     # In the background as a shell would start it (SIGINT ignored): Ctrl-C
     # must still end it through its clean-up.
-    p = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh", PY,
-                          str(TOP / "bench/redis_snapshot.py"), "--root", str(root),
+    p = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh",
+                          *module_command("redis_snapshot"), "--root", str(root),
                           "--out", str(tmp_path), "--work", str(tmp_path / "work"),
                           "--port", str(port), "--dataset-mb", "16", "--rate", "200",
                           "--baseline", "120", "--copy-threads", "2"],
@@ -313,7 +312,7 @@ def test_native_demo_with_a_fake_root(tmp_path):
     needs_servers()
     root = fake_root(tmp_path)
     out = tmp_path / "out"
-    r = subprocess.run([PY, str(TOP / "bench/redis_demo.py"), "--root", str(root),
+    r = subprocess.run(module_command("demo") + ["--root", str(root),
                         "--server", "valkey", "--dataset-mb", "16", "--rate", "300",
                         "--baseline", "7", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, cwd=TOP,

@@ -1,16 +1,14 @@
 # SPDX-License-Identifier: GPL-2.0
-"""bench/offcost.py's reading of offcost's output and its summary: medians,
+"""asyncfork.offcost's reading of offcost's output and its summary: medians,
 spread and ratios to the unpatched kernel, and its refusal of bad input."""
 
 import subprocess
-import sys
 
 import pytest
 
-from conftest import BUILD, TOP
+from conftest import BUILD
 
-sys.path.insert(0, str(TOP / "bench"))
-import offcost  # noqa: E402
+from asyncfork import offcost
 
 
 def test_parse_keeps_only_result_lines():

@@ -6,17 +6,15 @@ Debian's redis-server and loadgen; a check that cannot fail proves nothing."""
 
 import json
 import shutil
-import sys
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 import redis
 
-from conftest import BUILD, TOP
+from conftest import BUILD
 
-sys.path.insert(0, str(TOP / "bench"))
-import redis_snapshot  # noqa: E402
+from asyncfork import redis_snapshot
 
 
 def small_run(tmp, last_arg: str) -> tuple[int, Path, Path]:

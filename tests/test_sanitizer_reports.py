@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import harness
-import vm
+from asyncfork import suite
+from asyncfork import vm
 
 KASAN_UAF = """\
 [  812.406113] ==================================================================
@@ -211,10 +211,10 @@ def test_sanitizer_boot_lines_are_not_reports():
 def test_report_fails_the_program(text):
     """A program that exited 0 with passing KTAP still fails when its
     kernel log has a sanitizer report, and the report is in the evidence."""
-    p = harness.Program("fork_snapshot", 600, "true")
+    p = suite.Program("fork_snapshot", 600, "true")
     out = "TAP version 13\n1..1\nok 1 snapshot exact\n"
-    r = harness.ProgramResult(p, True, 0, out, BOOT + text, 30.0, harness.parse_ktap(out))
-    run = harness.SuiteRun({p.name: r}, vm.VMResult(0, False, 40.0, BOOT + text,
+    r = suite.ProgramResult(p, True, 0, out, BOOT + text, 30.0, suite.parse_ktap(out))
+    run = suite.SuiteRun({p.name: r}, vm.VMResult(0, False, 40.0, BOOT + text,
                                                     Path("/dev/null"),
                                                     vm.kernel_reports(BOOT + text)),
                            Path("/nonexistent"), "6.12.117-asyncfork-kasan", BOOT)

@@ -31,4 +31,4 @@ def test_own_program(guest, name):
     assert not skipped, f"cases skipped on the test kernel: {skipped}"
     for i, out in enumerate(r.failed_runs, 1):
         warnings.warn(f"{name}: run {i} of {len(r.failed_runs) + 1} failed and was repeated "
-                      f"(retries in tests/programs.py); its output:\n{out[-3000:]}")
+                      f"(retries in python/asyncfork/programs.py); its output:\n{out[-3000:]}")

@@ -7,16 +7,15 @@ issue 16 asks for.  No guest boots here."""
 import hashlib
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import harness
-import programs
-import soak
-import vm
-from conftest import BUILD, TOP
+from asyncfork import suite
+from asyncfork import programs
+from asyncfork import soak
+from asyncfork import vm
+from conftest import BUILD, TOP, module_command
 
 # What fork_stress prints: KTAP, its messages behind "# ".
 FORK_STRESS_OUT = """\
@@ -109,18 +108,18 @@ def test_total():
 
 
 def result(p, output, failed_runs=(), rc=0, dmesg=""):
-    return harness.ProgramResult(p, True, rc, output, dmesg, 12.5,
-                                 harness.parse_output(p.name, output), list(failed_runs))
+    return suite.ProgramResult(p, True, rc, output, dmesg, 12.5,
+                                 suite.parse_output(p.name, output), list(failed_runs))
 
 
 def suite_run(progs, outputs, console="", failed=None):
-    """A SuiteRun as harness.run_suite() returns it, from program outputs."""
+    """A SuiteRun as suite.run_suite() returns it, from program outputs."""
     failed = failed or {}
     results = {p.name: result(p, outputs.get(p.name, "TAP version 13\n1..1\nok 1 x\n"),
                               failed.get(p.name, ()))
                for p in progs}
     res = vm.VMResult(0, False, 100.0, console, Path("/dev/null"), vm.kernel_reports(console))
-    return harness.SuiteRun(results, res, Path("/nonexistent"), "6.12.117-asyncfork-kasan", "")
+    return suite.SuiteRun(results, res, Path("/nonexistent"), "6.12.117-asyncfork-kasan", "")
 
 
 STRESS_NG_OK = "stress-ng: info:  [5] successful run completed in 30.1s\n"
@@ -138,7 +137,7 @@ def test_fork_stress_programs_are_found():
     assert [p.name for p in progs if soak.is_fork_stress(p)] == [
         "fork_stress", "fork_stress_memcg", "fork_stress_faults"]
     assert all(soak.expects_async(p) for p in progs if soak.is_fork_stress(p))
-    p = harness.Program("x", 1, "sysctl -qw vm.async_fork=0 && /b/fork_stress -t 5 -k")
+    p = suite.Program("x", 1, "sysctl -qw vm.async_fork=0 && /b/fork_stress -t 5 -k")
     assert soak.is_fork_stress(p) and not soak.expects_async(p)
 
 
@@ -252,7 +251,7 @@ def test_kernel_names():
 
 
 def test_missing_kernel_is_refused_without_a_record(tmp_path):
-    p = subprocess.run([sys.executable, str(TOP / "tests/soak.py"), "--kernel",
+    p = subprocess.run(module_command("soak") + ["--kernel",
                         str(tmp_path / "nokernel"), "--record-dir", str(tmp_path / "rec")],
                        capture_output=True, text=True, timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2, (p.stdout, p.stderr)
@@ -262,7 +261,7 @@ def test_missing_kernel_is_refused_without_a_record(tmp_path):
 
 @pytest.mark.parametrize("bad", [["--minutes", "0"], ["--timeout-factor", "0.5"]])
 def test_bad_soak_arguments(bad, tmp_path):
-    p = subprocess.run([sys.executable, str(TOP / "tests/soak.py"), "--kernel",
+    p = subprocess.run(module_command("soak") + ["--kernel",
                         str(tmp_path), *bad], capture_output=True, text=True,
                        timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2 and bad[0] in p.stderr, p.stderr

@@ -2,8 +2,10 @@
 """Kernel style of what the project adds to the kernel: every patch of the
 series and every new C file pass scripts/checkpatch.pl --strict."""
 
+import io
 import re
 import subprocess
+import tokenize
 
 import pytest
 
@@ -97,3 +99,45 @@ def test_every_source_file_names_its_licence():
     assert not missing, f"no SPDX-License-Identifier line: {missing}"
     assert (TOP / "LICENSE").read_text().startswith(
         "                    GNU GENERAL PUBLIC LICENSE\n                       Version 2")
+
+
+def python_files():
+    return [f for f in source_files() if f.endswith(".py")]
+
+
+def path_edits(name, text):
+    """The lines of a Python file whose code (not its strings or comments)
+    names sys.path or site.addsitedir."""
+    toks = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type in (tokenize.NAME, tokenize.OP)]
+    return [f"{name}:{a.start[0]}: {a.line.strip()}"
+            for a, dot, b in zip(toks, toks[1:], toks[2:])
+            if dot.string == "." and (a.string, b.string) in (("sys", "path"),
+                                                                ("site", "addsitedir"))]
+
+
+def test_path_edit_is_caught():
+    text = ('import sys\n# sys.path is not edited here\n"""nor sys.path here"""\n'
+            "sys.path.insert(0, 'bench')\nimport site; site.addsitedir('x')\n")
+    assert path_edits("f.py", text) == ["f.py:4: sys.path.insert(0, 'bench')",
+                                        "f.py:5: import site; site.addsitedir('x')"]
+
+
+def test_no_python_file_edits_the_import_path():
+    # The harness is a package (python/asyncfork, pyproject.toml): its
+    # modules, the tests and the scripts import it; none edits the path.
+    assert "python/asyncfork/vm.py" in python_files()
+    edits = [e for f in python_files() for e in path_edits(f, (TOP / f).read_text())]
+    assert not edits, "import path edited in:\n" + "\n".join(edits)
+
+
+def test_make_help_lists_every_target_once():
+    # make help prints the Makefile's header: one line per target of .PHONY.
+    text = (TOP / "Makefile").read_text()
+    phony = re.search(r"^\.PHONY:((?:.*\\\n)*.*)$", text, re.M).group(1)
+    targets = phony.replace("\\\n", " ").split()
+    out = subprocess.run(["make", "-s", "help"], capture_output=True, text=True, cwd=TOP,
+                         check=True).stdout.splitlines()
+    named = [line.split()[1] for line in out if line.startswith("  make ")]
+    assert len(targets) > 30 and sorted(named) == sorted(targets), \
+        (set(targets) - set(named), set(named) - set(targets))

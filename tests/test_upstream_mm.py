@@ -10,9 +10,9 @@ A case that passed there must pass here; a case that did not pass there
 import time
 import warnings
 
-import harness
+from asyncfork import suite
 import pytest
-import vm
+from asyncfork import vm
 
 from conftest import TOP, upstream_programs
 
@@ -49,7 +49,7 @@ def test_upstream_mm(guest, name, request):
                       "\n".join(f"  {c}: {now.get(c, 'missing')}" for c in lost) +
                       f"\noutput tail:\n{r.output[-3000:]}")
     for i, out in enumerate(r.failed_runs, 1):
-        flaky = [c.name for c in harness.parse_output(name, out) if c.status == "fail"]
+        flaky = [c.name for c in suite.parse_output(name, out) if c.status == "fail"]
         warnings.warn(f"{name}: run {i} of {len(r.failed_runs) + 1} failed and was repeated "
                       f"(retries= in tests/upstream_mm.list); its failed cases: "
                       f"{flaky or 'none reported'}; tail: {out[-300:]!r}")

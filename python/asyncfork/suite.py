@@ -11,15 +11,12 @@ files decide what passes.
 import json
 import re
 import shlex
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TOP = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TOP / "scripts"))
-
-import vm  # noqa: E402
+from asyncfork import vm
+from asyncfork.paths import TOP
 
 KTAP_RE = re.compile(
     r"^(?P<status>ok|not ok) (?P<num>\d+)(?: -)?\s*(?P<desc>.*?)"

@@ -10,10 +10,9 @@ import shutil
 import sys
 from pathlib import Path
 
-import harness
+from asyncfork import suite
+from asyncfork.paths import BUILD, TOP
 
-TOP = Path(__file__).resolve().parent.parent
-BUILD = TOP / "build"
 SELFTESTS = BUILD / "selftests"
 UPSTREAM_TIMEOUT = 900
 
@@ -23,7 +22,7 @@ def async_fork(mode: int, copy_threads: int) -> str:
 
 
 def stress_programs(seconds: int, redis_snapshots: int,
-                    redis_keys: int = 50000) -> list[harness.Program]:
+                    redis_keys: int = 50000) -> list[suite.Program]:
     """fork_stress in three kernel settings, stress-ng's memory stressors and
     the Redis digest check, all with every fork asynchronous; @seconds per
     fork_stress and stress-ng run, @redis_snapshots of @redis_keys keys per
@@ -34,27 +33,27 @@ def stress_programs(seconds: int, redis_snapshots: int,
         # Pins (O_DIRECT, vmsplice), NUMA migration, KSM and khugepaged;
         # the child's copy helpers race with the parent's threads.
         # -D 80: at least 80% of its forks must leave tables to the child.
-        harness.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k -D 80"),
+        suite.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k -D 80"),
         # Reclaim to swap: a 40 MiB memory cgroup for a 32 MiB process and its
         # children.  One retry: zeros in a child's snapshot, the open finding of
         # docs/findings/memcg-zeros.md, happen on the unpatched 6.12 kernel too
         # with swap on zram (the suite and make soak swap to a loop device);
         # a failed run is still reported (a warning, with its output).
-        harness.Program("fork_stress_memcg", timeout,
+        suite.Program("fork_stress_memcg", timeout,
                         async_fork(2, 1) + f"{stress} -g 40 -D 80", retries=1),
         # Allocation failures injected into the Async-fork code.
-        harness.Program("fork_stress_faults", timeout,
+        suite.Program("fork_stress_faults", timeout,
                         async_fork(2, 2) + f"{stress} -m 64 -F 10"),
         # stress-ng's memory stressors, with their own verification; madvise
         # as nobody, since as root it also poisons pages (MADV_HWPOISON).
-        harness.Program("stress-ng", 2 * seconds + 240, async_fork(2, 1) + shlex.join(
+        suite.Program("stress-ng", 2 * seconds + 240, async_fork(2, 1) + shlex.join(
             ["stress-ng", "--fork", "2", "--vm", "2", "--vm-bytes", "64M",
              "--vm-method", "all", "--verify", "--mremap", "1", "--userfaultfd", "1",
              "--timeout", f"{seconds}s", "--metrics-brief"]) + " && " + shlex.join(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
              "env", "-C", "/tmp", "stress-ng", "--madvise", "2", "--verify",
              "--timeout", f"{seconds}s", "--metrics-brief"])),
-        harness.Program("redis_digest", 300 + 200 * redis_snapshots,
+        suite.Program("redis_digest", 300 + 200 * redis_snapshots,
                         async_fork(2, 1) + shlex.join(
                             [os.path.abspath(sys.executable), str(TOP / "tests/guest/redis_digest.py"),
                              "--expect-async", "--snapshots", str(redis_snapshots),
@@ -62,26 +61,26 @@ def stress_programs(seconds: int, redis_snapshots: int,
     ]
 
 
-def own_programs() -> list[harness.Program]:
+def own_programs() -> list[suite.Program]:
     """The project's programs.  fork_snapshot runs twice: with the default
     fork (vm.async_fork=0) and with every fork asynchronous (2), each
     checking by /proc/vmstat that its forks went the way the run says."""
     snap = SELFTESTS / "fork_snapshot"
     return [
-        harness.Program("fork_snapshot", 600,
+        suite.Program("fork_snapshot", 600,
                         async_fork(0, 1) + f"FORK_SNAPSHOT_EXPECT_ASYNC=0 {snap}"),
         # Four copy threads: the child's helpers race with every parent path.
-        harness.Program("fork_snapshot_async", 600,
+        suite.Program("fork_snapshot_async", 600,
                         async_fork(2, 4) + f"FORK_SNAPSHOT_EXPECT_ASYNC=1 {snap}"),
-        harness.Program("async_fork", 600, str(SELFTESTS / "async_fork")),
+        suite.Program("async_fork", 600, str(SELFTESTS / "async_fork")),
     ] + stress_programs(seconds=15, redis_snapshots=1, redis_keys=20000)
 
 
-def upstream_programs(mode: int = 2) -> list[harness.Program]:
+def upstream_programs(mode: int = 2) -> list[suite.Program]:
     """The upstream mm selftests, each run with vm.async_fork=@mode: 2 (every
     fork asynchronous) when testing, 0 when recording the baseline; the child
     copies alone (the default)."""
-    progs = harness.read_programs(TOP / "tests/upstream_mm.list",
+    progs = suite.read_programs(TOP / "tests/upstream_mm.list",
                                   BUILD / "upstream-mm", UPSTREAM_TIMEOUT)
     for p in progs:
         p.command = async_fork(mode, 1) + p.command
@@ -99,7 +98,7 @@ def last_command(command: str) -> list[str]:
     return words
 
 
-def missing(programs: list[harness.Program]) -> list[str]:
+def missing(programs: list[suite.Program]) -> list[str]:
     """Executables of @programs that are not built or not installed."""
     gone = set()
     for p in programs:

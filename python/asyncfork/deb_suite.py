@@ -29,11 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import harness  # noqa: E402
-import programs  # noqa: E402
-import soak  # noqa: E402
+from asyncfork import programs, soak
+from asyncfork import suite as harness
 
 TOP = programs.TOP
 GUEST = TOP / "tests/guest"

@@ -29,10 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import harness  # noqa: E402
-import programs  # noqa: E402
+from asyncfork import programs
+from asyncfork import suite as harness
 
 RECORD_DIR = programs.TOP / "docs/results"
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
 """make bench-offcost: what the series costs when Async-fork is not used.
 
@@ -23,14 +22,12 @@ import sys
 import time
 from pathlib import Path
 
-TOP = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(TOP / "scripts"))
+from asyncfork import entry, vm
+from asyncfork.paths import BUILD, RESULTS
 
-import vm  # noqa: E402
-
-KERNELS = (("unpatched", "build/unpatched/lean"),
-           ("y, vm.async_fork=0", "build/lean"),
-           ("n", "build/off"))
+KERNELS = (("unpatched", "unpatched/lean"),
+           ("y, vm.async_fork=0", "lean"),
+           ("n", "off"))
 TESTS = ("fork_exit", "fork_1g", "write_fault", "mprotect", "mmap_munmap", "odirect")
 MEMORY = "3G"
 CPUS = 2
@@ -95,12 +92,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--boots", type=int, default=3, help="boots of each kernel (default 3)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each test per boot (default 5)")
-    ap.add_argument("--out", default=str(TOP / "build/results/offcost"))
+    ap.add_argument("--out", default=str(RESULTS / "offcost"))
     a = ap.parse_args(argv)
     if a.boots < 1 or a.runs < 1:
         print("offcost: --boots and --runs must be at least 1", file=sys.stderr)
         return 2
-    kernels = [(name, TOP / path) for name, path in KERNELS]
+    kernels = [(name, BUILD / path) for name, path in KERNELS]
     for name, path in kernels:
         try:
             vm.find_image(path)
@@ -108,9 +105,9 @@ def main(argv=None) -> int:
             print(f"offcost: kernel '{name}': {e} (make bench-offcost builds all three)",
                   file=sys.stderr)
             return 2
-    bench = TOP / "build/bench/offcost"
+    bench = BUILD / "bench/offcost"
     if not bench.exists():
-        print("offcost: no build/bench/offcost: run make bench-programs", file=sys.stderr)
+        print(f"offcost: no {bench}: run make bench-programs", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -159,5 +156,7 @@ def main(argv=None) -> int:
     return 0
 
 
+cli = entry.command(main, "offcost")
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

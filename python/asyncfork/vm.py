@@ -1,0 +1,362 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Boot a built guest kernel under virtme-ng, run one command, judge the log.
+
+This is the whole boot layer of the harness: a thin wrapper over `vng --run`
+that adds what a test runner needs and vng does not give:
+
+  * KVM when /dev/kvm is usable, TCG otherwise;
+  * a hard timeout: a hung guest is killed and reported, never waited on;
+  * the serial console (the kernel log, including a panic) saved to a file;
+  * a scan of that log for kernel reports (WARN, BUG, oops, lockdep, KASAN,
+    KFENCE, page_table_check...): any report fails the run.
+
+Used as a module by the tests and the benchmarks, and as a command:
+
+    scripts/vm.py --kernel build/debug [--memory 4G] [--cpus 2] -- CMD...
+
+(scripts/vm.py runs `python -m asyncfork.vm`; so does `make vm`.)
+"""
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from asyncfork import entry
+from asyncfork.paths import BUILD, TOP
+
+
+# Lines that start a kernel report.  Each one fails a run, whatever the
+# command inside the guest printed.
+REPORT_PATTERNS = [
+    r"WARNING: CPU: \d+ PID: \d+ at ",
+    r"------------\[ cut here \]------------",
+    r"kernel BUG at ",
+    r"BUG: ",
+    r"Oops: ",
+    r"general protection fault",
+    r"Kernel panic - not syncing",
+    r"WARNING: possible (circular|recursive) locking",
+    r"WARNING: .*lock.* (held|detected)",
+    r"INFO: possible irq lock inversion",
+    r"INFO: inconsistent lock state",
+    r"INFO: task .* blocked for more than",
+    r"watchdog: BUG: soft lockup",
+    r"rcu: INFO: rcu_.* detected stalls",
+    # "BUG: KASAN: slab-use-after-free in ...", "BUG: KCSAN: data-race in
+    # ...", and the "KASAN: null-ptr-deref in range [...]" note of a general
+    # protection fault.  Their boot lines start in lower case ("kasan: ",
+    # "kcsan: ") and are no reports.
+    r"KASAN: ",
+    r"KCSAN: ",
+    r"KFENCE: ",
+    r"UBSAN: ",
+    r"page_table_check",
+    r"Bad page (state|map)",
+    r"Bad rss-counter",
+    r"Out of memory: Killed process",
+]
+REPORT_RE = re.compile("|".join(f"(?:{p})" for p in REPORT_PATTERNS))
+# Benign lines that contain a pattern above.
+REPORT_ALLOW = [
+    re.compile(r"page_table_check: (enabled|disabled)"),
+    re.compile(r"KFENCE: initialized"),
+    re.compile(r"\bkfence\b.*initialized", re.I),
+]
+TIMESTAMP_RE = re.compile(r"^\[\s*\d+\.\d+\]\s?")
+SEPARATOR_RE = re.compile(r"^={40,}$")
+
+
+class VMError(Exception):
+    """Bad input to the harness: a one-line message that says what to do."""
+
+
+@dataclass
+class VMResult:
+    returncode: int | None  # exit code of the guest command; None if killed
+    timed_out: bool
+    elapsed: float
+    console: str  # serial console: kernel log and the command's output
+    log_path: Path
+    reports: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.returncode == 0 and not self.reports
+
+    def describe(self) -> str:
+        """A failure message with the evidence: what failed and an excerpt."""
+        parts = []
+        if self.timed_out:
+            parts.append(f"guest killed after {self.elapsed:.0f} s timeout; "
+                         f"console tail:\n{tail(self.console, 40)}")
+        elif self.returncode != 0:
+            parts.append(f"guest command exited {self.returncode}; "
+                         f"console tail:\n{tail(self.console, 40)}")
+        for r in self.reports:
+            parts.append("kernel report:\n" + r)
+        parts.append(f"full console log: {self.log_path}")
+        return "\n\n".join(parts)
+
+
+def tail(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def kernel_reports(log: str, context: int = 40) -> list[str]:
+    """Excerpts of every kernel report in a kernel log, one per report."""
+    lines = [TIMESTAMP_RE.sub("", line) for line in log.splitlines()]
+    out, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if REPORT_RE.search(line) and not any(a.search(line) for a in REPORT_ALLOW):
+            end = min(i + context, len(lines))
+            # KASAN, KCSAN, KFENCE and UBSAN open each report with a line of
+            # "=": one that starts inside this excerpt is a report of its own.
+            for j in range(i + 1, end - 1):
+                if SEPARATOR_RE.match(lines[j]) and REPORT_RE.search(lines[j + 1]):
+                    end = j
+                    break
+            out.append("\n".join(lines[i:end]))
+            i = end
+        else:
+            i += 1
+    return out
+
+
+def parse_size(s: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMGT]?)", s.strip().upper())
+    if not m:
+        raise VMError(f"memory size '{s}' is not a size like 4G or 2048M")
+    return int(m.group(1)) << {"": 20, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
+
+
+def host_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) << 10
+    raise VMError("cannot read MemAvailable from /proc/meminfo")
+
+
+def kvm_usable() -> bool:
+    """KVM only with hardware virtualization: on these machines /dev/kvm can
+    exist without vmx/svm, and a guest started on it hangs silently.
+    ASYNC_FORK_ACCEL=kvm or tcg overrides the guess."""
+    forced = os.environ.get("ASYNC_FORK_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced == "kvm"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return bool({"vmx", "svm"} & set(line.split()))
+    return False
+
+
+def find_image(kernel: Path) -> Path:
+    kernel = Path(kernel)
+    img = kernel / "arch/x86/boot/bzImage" if kernel.is_dir() else kernel
+    if not img.is_file():
+        raise VMError(f"no kernel image at {img}: build it first "
+                      f"(make kernel-debug or make kernel-lean)")
+    return img
+
+
+def kernel_release(kernel: Path) -> str:
+    f = Path(kernel) / "kernelrelease"
+    return f.read_text().strip() if f.is_file() else "unknown"
+
+
+def git_describe() -> str:
+    """The project's revision, recorded with every result."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=TOP,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def vng_binary() -> str:
+    venv = TOP / ".venv/bin/vng"
+    if venv.exists():
+        return str(venv)
+    found = shutil.which("vng")
+    if not found:
+        raise VMError("virtme-ng (vng) not found: run 'make setup'")
+    return found
+
+
+TOOLS = BUILD / "tools/bin"
+
+
+def root_fs_args(root_fs: str) -> list[str]:
+    """vng's arguments for how the guest sees the host's root: over 9p,
+    or over virtio-fs, whose daemon must be found first."""
+    if root_fs == "9p":
+        return ["--force-9p"]
+    if root_fs == "virtiofs":
+        if not shutil.which("virtiofsd", path=f"{TOOLS}:{os.environ.get('PATH', '')}"):
+            raise VMError("virtiofsd not found: this kernel has no 9p, and its guest needs "
+                          "virtiofsd (make virtiofsd builds it into build/tools/bin)")
+        return []
+    raise VMError(f"root_fs must be 9p or virtiofs, not '{root_fs}'")
+
+
+def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
+        timeout: float = 600, numa_nodes: int = 1, rwdirs=(), append=(),
+        log_path: Path | None = None, echo: bool | str = False,
+        root_fs: str = "9p") -> VMResult:
+    """Boot `kernel` (an image or a build folder), run `command`, stop.
+
+    The command runs as root with the host's root filesystem visible
+    read-only (writes go to a throw-away overlay), except for `rwdirs`.
+    `root_fs` is how the guest sees it: "9p" (the project's kernels), or
+    "virtiofs" for a kernel without 9p (Debian's cloud flavour), which
+    needs virtiofsd (the Rust one) on PATH or in build/tools/bin.
+    `echo` copies the console to stdout as it comes: all of it if True,
+    only the lines that start with it if a string (progress lines).
+    """
+    mem = parse_size(memory)
+    avail = host_available()
+    if mem > avail:
+        raise VMError(f"guest memory {memory} is larger than the host's "
+                      f"available {avail >> 30} GiB: pass a smaller memory size")
+    if cpus < 1:
+        raise VMError(f"cpus must be at least 1, not {cpus}")
+    fs_args = root_fs_args(root_fs)
+    image = find_image(kernel)
+    args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
+            "--cpus", str(cpus), "--verbose", "--user", "root"] + fs_args
+    tools = TOOLS
+    if not kvm_usable():
+        args.append("--disable-kvm")
+    if numa_nodes > 1:
+        per = mem // numa_nodes >> 20
+        if per * numa_nodes != mem >> 20:
+            raise VMError(f"memory {memory} does not divide into {numa_nodes} NUMA nodes")
+        # One socket per CPU: CPUs that share a last-level cache across
+        # nodes make the guest kernel WARN about its topology at boot.
+        args += ["--qemu-opts", f"-smp {cpus},sockets={cpus},cores=1,threads=1"]
+        for n in range(numa_nodes):
+            first = n * cpus // numa_nodes
+            last = max(first, (n + 1) * cpus // numa_nodes - 1)
+            args += ["--numa", f"{per}M,cpus={first}-{last}"]
+    for d in rwdirs:
+        args += ["--rwdir", str(d)]
+    for a in append:
+        args += ["--append", a]
+    # The command reaches the guest through the kernel command line, which
+    # is limited to 2 KiB: pass a script on the shared root file system.
+    script_dir = BUILD / "vm"
+    script_dir.mkdir(parents=True, exist_ok=True)
+    fd, script = tempfile.mkstemp(prefix="cmd-", suffix=".sh", dir=script_dir)
+    with os.fdopen(fd, "w") as f:
+        f.write(command + "\n")
+    args += ["--exec", f"bash {script}"]
+
+    if log_path is None:
+        fd, name = tempfile.mkstemp(prefix="vm-", suffix=".log")
+        os.close(fd)
+        log_path = Path(name)
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    # vng runs its sibling virtme-run: put its folder first on PATH.
+    env = dict(os.environ,
+               PATH=f"{Path(args[0]).parent}:{tools}:{os.environ.get('PATH', '')}")
+    start = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        # Its own process group, so that a timeout kills QEMU and all that
+        # vng started; a thread copies the console to the log as it comes.
+        p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, start_new_session=True,
+                             cwd=TOP, env=env)
+        copier = threading.Thread(target=_copy, args=(p.stdout, log, echo), daemon=True)
+        copier.start()
+        # SIGTERM (pkill, a CI runner giving up) becomes SystemExit, so that
+        # QEMU goes with us instead of running on alone.
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGTERM, _exit_on_signal) if main else None
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        except BaseException:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, old)
+        copier.join(timeout=10)
+    elapsed = time.monotonic() - start
+    os.unlink(script)
+    console = log_path.read_text(errors="replace")
+    rc = None if timed_out else p.returncode
+    return VMResult(rc, timed_out, elapsed, console, log_path, kernel_reports(console))
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _copy(src, log, echo):
+    prefix = echo.encode() if isinstance(echo, str) else None
+    partial = b""
+    for chunk in iter(lambda: src.read1(65536), b""):
+        log.write(chunk)
+        log.flush()
+        if prefix is not None:
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for line in lines:
+                if line.startswith(prefix):
+                    sys.stdout.buffer.write(line + b"\n")
+            sys.stdout.flush()
+        elif echo:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", default=str(BUILD / "debug"),
+                    help="kernel build folder or image (default: BUILD/debug)")
+    ap.add_argument("--memory", default="2G")
+    ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--numa", type=int, default=1, metavar="NODES")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--rwdir", action="append", default=[])
+    ap.add_argument("--log", help="save the console log here")
+    ap.add_argument("command", nargs="+")
+    a = ap.parse_args(argv)
+    try:
+        r = run(a.kernel, shlex.join(a.command) if len(a.command) > 1 else a.command[0],
+                memory=a.memory, cpus=a.cpus, timeout=a.timeout, numa_nodes=a.numa,
+                rwdirs=a.rwdir, log_path=a.log, echo=True)
+    except VMError as e:
+        print(f"vm: {e}", file=sys.stderr)
+        return 2
+    if not r.ok:
+        print("\nvm: " + r.describe(), file=sys.stderr)
+        return 1
+    return 0
+
+
+cli = entry.command(main, "vm")
+
+if __name__ == "__main__":
+    cli()
