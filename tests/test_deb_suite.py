@@ -2,6 +2,7 @@
 """make test-deb's plan (asyncfork.deb_suite), without booting anything."""
 
 import shlex
+import subprocess
 
 import pytest
 
@@ -51,3 +52,47 @@ def test_wrapped_commands_are_judged_as_the_program_they_run():
             assert soak.is_fork_stress(p) and soak.expects_async(p)
         elif p.name.startswith("walkers"):
             assert not soak.is_fork_stress(p)
+
+
+WALKERS = deb_suite.GUEST / "walkers.sh"
+
+BEFORE = """ksm_full_scans 0
+ksm_pages_scanned 0
+damon_nr_tried 0
+damon_sz_tried 0
+damon_nr_applied 0
+damon_sz_applied 0
+damon_qt_exceeds 0
+lru_gen_max 3
+pgsteal_anon 0
+numa_pte_updates 1446
+numa_hint_faults 45
+"""
+
+
+def walkers_verdicts(tmp_path, after: str) -> str:
+    (tmp_path / "walkers.before").write_text(BEFORE)
+    (tmp_path / "walkers.after").write_text(after)
+    res = subprocess.run(["bash", str(WALKERS), "verdicts"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    return res.stdout
+
+
+def test_walkers_check_wants_damon_to_try_and_page_out(tmp_path):
+    grown = (BEFORE.replace("ksm_full_scans 0", "ksm_full_scans 431")
+             .replace("ksm_pages_scanned 0", "ksm_pages_scanned 2996663")
+             .replace("lru_gen_max 3", "lru_gen_max 1505")
+             .replace("numa_pte_updates 1446", "numa_pte_updates 99588")
+             .replace("numa_hint_faults 45", "numa_hint_faults 65235"))
+    # The first runs of make test-deb: DAMON's reclaim module never tried a region.
+    out = walkers_verdicts(tmp_path, grown)
+    assert "not ok 3 DAMON reclaim tried regions and paged out" in out
+    assert [line for line in out.splitlines() if line.startswith("not ok")] == [
+        "not ok 3 DAMON reclaim tried regions and paged out"]
+    # Tried regions but paged nothing out: still not enough.
+    tried = grown.replace("damon_nr_tried 0", "damon_nr_tried 232")
+    assert "not ok 3 DAMON" in walkers_verdicts(tmp_path, tried)
+    acted = tried.replace("damon_sz_applied 0", "damon_sz_applied 688128")
+    out = walkers_verdicts(tmp_path, acted)
+    assert "ok 3 DAMON reclaim tried regions and paged out" in out
+    assert "not ok" not in out
