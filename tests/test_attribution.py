@@ -13,7 +13,7 @@ from conftest import TOP
 
 from asyncfork import attribution
 from asyncfork import native
-from asyncfork import demo
+from asyncfork import demo, loadgen
 
 SERVER, LOADGEN, CHILD = 100, 200, 300
 MS = 1_000_000
@@ -355,7 +355,7 @@ def real():
         events, lost = attribution.parse(f)
     rec = run["record"]
     tl = attribution.Timeline(events, rec["server_pid"], rec["loadgen_pid"])
-    _, rows = demo.read_latency(DATA / "latency-async.txt")
+    _, rows = loadgen.read_latency(DATA / "latency-async.txt")
     reqs = attribution.requests_mono(rows, attribution.read_header(DATA / "latency-async.txt"))
     return run, events, lost, tl, reqs
 

@@ -28,7 +28,7 @@ from conftest import BUILD, TOP, module_command
 from asyncfork import fork_bench
 from asyncfork import native
 from asyncfork import redis_bench
-from asyncfork import redis_snapshot
+from asyncfork import redis_snapshot, results
 
 PY = sys.executable
 HOST_HAS_ASYNC_FORK = native.has_async_fork()
@@ -322,11 +322,13 @@ def test_native_demo_with_a_fake_root(tmp_path):
     assert first.startswith("mode: native (kernel ") and "async_fork present" in first
     assert "valkey-server 9." in r.stdout and "(libc malloc)" in r.stdout
     assert "natively (" in r.stdout and "booting" not in r.stdout
-    table = json.loads((out / "table.json").read_text())
-    assert table["mode"] == "native" and table["server"] == "valkey"
-    assert table["allocator"] == "libc" and table["machine"]["cpus"] >= 1
-    assert all(t["rdb_exact"] for t in table["table"].values())
-    assert set(table["table"]) == {"default", "async"}
+    # The run's record, beside its folder (asyncfork.results).
+    record_file, = tmp_path.glob("demo-valkey-*.json")
+    record = json.loads(record_file.read_text())
+    assert record["where"] == "native" and record["server"]["name"] == "valkey"
+    assert record["server"]["allocator"] == "libc" and record["machine"]["host_cpus"] >= 1
+    assert all(t["rdb_exact"] for t in record["modes"].values())
+    assert set(record["modes"]) == {"default", "async"}
     assert not (out / "work").exists()
     assert_put_back(root)
 
@@ -338,14 +340,17 @@ def test_native_bench_report(tmp_path):
     root = fake_root(tmp_path)
     d = tmp_path / "16M"
     d.mkdir()
+    meta = results.metadata("bench-redis", kernels=[results.kernel(None)],
+                            machine_info=results.machine(), argv=[], args={},
+                            started=time.time())
     (tmp_path / "meta.json").write_text(json.dumps(
-        {"mode": "native", "server": "redis", "kernelrelease": "x", "machine": {},
-         "kvm": None, "project": "p", "rate": 300, "configs": ["16M"]}))
+        {**meta, "server": "redis", "rate": 300, "configs": ["16M"]}))
     redis_bench.run_native([("16M", d, ["--dataset-mb", "16", "--rate", "300",
                                         "--baseline", "2", "--modes", "default,async",
                                         "--root", str(root)])])
-    assert redis_bench.report(tmp_path)
-    rows = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert redis_bench.report(tmp_path, tmp_path / "rec")
+    record_file, = (tmp_path / "rec").glob("bench-redis-redis-*.json")
+    rows = json.loads(record_file.read_text())["runs"]
     assert rows[0]["config"]["server"] == "redis"
     assert rows[0]["config"]["allocator"] == "jemalloc"
     assert_put_back(root)

@@ -542,7 +542,7 @@ def read_header(path: Path) -> dict:
 
 
 def requests_mono(rows: list, header: dict) -> list:
-    """[(intended, reply, op)] in CLOCK_MONOTONIC ns, from demo.read_latency's
+    """[(intended, reply, op)] in CLOCK_MONOTONIC ns, from loadgen.read_latency's
     rows (intended in CLOCK_REALTIME ns, latency in us)."""
     shift = int(header["start_realtime_ns"]) - int(header["start_monotonic_ns"])
     return [(t - shift, t - shift + round(lat * 1000), op) for t, lat, op in rows]
@@ -655,7 +655,7 @@ def warning_lines(mode: str, att: dict) -> list:
 
 def analyse_mode(out: Path, m: dict, rows: list, header: dict, before_max_ms: float) -> dict:
     """--attribute's analysis of one mode of redis_snapshot's result (m), its
-    loadgen rows (demo.read_latency) and header: the window is the
+    loadgen rows (loadgen.read_latency) and header: the window is the
     snapshot's, from BGSAVE until the RDB was written."""
     rec = m.get("trace", {}).get("attribution")
     if not rec:

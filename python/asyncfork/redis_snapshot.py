@@ -49,7 +49,7 @@ from pathlib import Path
 
 import redis
 
-from asyncfork import attribution, native, paths
+from asyncfork import attribution, loadgen, native, paths
 from asyncfork.paths import BUILD
 
 CGROUP_PATH = Path("/sys/fs/cgroup/redis-demo")
@@ -441,12 +441,10 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
         write(CGROUP / "memory.async_fork", str(MODES[mode]))
     vm0 = vmstat()
     lat, sets = WORK / f"latency-{mode}.txt", WORK / f"sets-{mode}.txt"
-    lg = subprocess.Popen([str(bench / "loadgen"), "--port", str(PORT),
-                           "--rate", str(a.rate), "--duration", "86400",
-                           "--clients", str(a.clients), "--keys", str(keys),
-                           "--dist", a.dist, "--set-ratio", str(a.set_ratio),
-                           "--value-size", str(a.value_size), "--seed", str(a.seed),
-                           "--tag", mode[0], "--out", str(lat), "--set-log", str(sets)])
+    lg = subprocess.Popen(loadgen.command(
+        bench / "loadgen", port=PORT, rate=a.rate, clients=a.clients, keys=keys, dist=a.dist,
+        set_ratio=a.set_ratio, value_size=a.value_size, seed=a.seed, tag=mode[0], out=lat,
+        set_log=sets))
     children.append(lg)
     say(f"{mode}: memory.async_fork={MODES[mode]}, load at {a.rate}/s, {a.baseline} s without a snapshot, then BGSAVE")
     # Tracing starts a little before BGSAVE: switching tracepoints on

@@ -10,8 +10,9 @@ program: exit code, KTAP cases, and no kernel report in the log; and a
 fork_stress run that expected asynchronous forks (-a) fails if Async-fork
 deferred nothing in it.
 
-Every soak ends by writing one JSON record, docs/results/soak-KERNEL-DATE.json
-(see make_record() for the fields), whether it passed or not.
+Every soak ends by writing one JSON record, BUILD/results/soak-KERNEL-DATE.json
+(asyncfork.results' metadata, then make_record()'s fields), whether it passed
+or not; a record worth keeping is committed under docs/results/.
 
 Swap is on a loop device by default: with zram, the memory-cgroup run
 meets zeros that the unpatched kernel shows too
@@ -19,20 +20,17 @@ meets zeros that the unpatched kernel shows too
 """
 
 import argparse
-import hashlib
-import json
-import os
-import platform
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from asyncfork import programs
+from asyncfork import programs, results
 from asyncfork import suite as harness
+from asyncfork.paths import RESULTS
+from asyncfork.results import machine
 
-RECORD_DIR = programs.TOP / "docs/results"
+RECORD_DIR = RESULTS
 
 # Program timeouts (and the boot's) are multiplied by this for a kernel
 # flavour that runs the kernel's side slower: sanitizers under emulation.
@@ -136,47 +134,6 @@ def print_judgement(prefix: str, run: harness.SuiteRun, progs: list[harness.Prog
                   harness.vm.tail(failed_out, 20).replace("\n", "\n      "))
 
 
-def file_sha256(path: Path) -> str | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
-
-
-def machine(cpus: int, memory: str, numa_nodes: int, swap: str) -> dict:
-    """The host (bare metal or itself a VM, CPU model and count) and the guest."""
-    model, flags = "unknown", set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                if key.strip() == "model name" and model == "unknown":
-                    model = val.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(val.split())
-    except OSError:
-        pass
-    virt = None
-    try:
-        p = subprocess.run(["systemd-detect-virt"], capture_output=True, text=True,
-                           timeout=10, check=False)
-        virt = p.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return {
-        "host": "vm" if "hypervisor" in flags or virt not in (None, "none") else "native",
-        "host_virtualization": virt,
-        "host_cpu": model,
-        "host_cpus": os.cpu_count(),
-        "host_kernel": platform.release(),
-        "accel": "kvm" if harness.vm.kvm_usable() else "tcg",
-        "guest_cpus": cpus,
-        "guest_memory": memory,
-        "guest_numa_nodes": numa_nodes,
-        "guest_swap": swap,
-    }
-
-
 def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
                 progs: list[harness.Program], problems: dict[str, list[str]],
                 runs: list[dict], started: float, finished: float,
@@ -186,23 +143,19 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
     forks, forks_deferred, syncs (tables the parent copied first) and
     child_copies (tables the child copied) come from fork_stress's counter
     line; children_checked from its "snapshots exact: N children" result."""
-    release = run.kernelrelease
-    if release == "unknown":
-        release = harness.vm.kernel_release(kernel_dir)
+    kernel = results.kernel(kernel_dir, label=kernel_name,
+                            async_fork="2 (each program sets it)")
+    if run.kernelrelease != "unknown":
+        kernel["release"] = run.kernelrelease
     return {
-        "kernel": release,
-        "config": {"flavour": kernel_name,
-                   "sha256": file_sha256(Path(kernel_dir) / ".config")},
-        "commit": harness.vm.git_describe(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        **results.metadata("soak", kernels=[kernel], machine_info=machine_info, argv=argv,
+                           args=args, started=started),
         "seconds": round(finished - started, 1),
         **{k: total(runs, k) for k in COUNTER_FIELDS},
         "children_checked": total(runs, "children_checked"),
         "kernel_reports": len(run.vm.reports or []),
         "failures": sum(bool(v) for v in problems.values()),
         "passed": not any(problems.values()) and not run.vm.reports,
-        "machine": machine_info,
-        "args": {"argv": argv, **args},
         "programs": {
             p.name: {"passed": not problems[p.name],
                      "seconds": round(run.results[p.name].elapsed, 1),
@@ -216,14 +169,7 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
 def write_record(record: dict, outdir: Path, kernel_name: str, kind: str = "soak") -> Path:
     """Write @record as KIND-KERNEL-DATE.json in @outdir (DATE from its
     start, UTC); a later run of the same day gets -2, -3...: none is lost."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    stem = f"{kind}-{kernel_name}-{record['started'][:10]}"
-    path, n = outdir / f"{stem}.json", 1
-    while path.exists():
-        n += 1
-        path = outdir / f"{stem}-{n}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
-    return path
+    return results.write(record, outdir, f"{kind}-{kernel_name}")
 
 
 def kernel_dir(name: str) -> Path:
@@ -247,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="multiply program timeouts by this (default 2 for kasan, "
                          "3 for kcsan, else 1)")
     ap.add_argument("--record-dir", default=str(RECORD_DIR),
-                    help="where the JSON record goes (default docs/results)")
+                    help="where the JSON record goes (default BUILD/results)")
     a = ap.parse_args(argv)
     if a.minutes <= 0:
         ap.error("--minutes must be positive")

@@ -140,12 +140,42 @@ def parse_size(s: str) -> int:
     return int(m.group(1)) << {"": 20, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2)]
 
 
-def host_available() -> int:
+def meminfo(key: str) -> int:
+    """A /proc/meminfo value of this machine, bytes."""
     with open("/proc/meminfo") as f:
         for line in f:
-            if line.startswith("MemAvailable:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) << 10
-    raise VMError("cannot read MemAvailable from /proc/meminfo")
+    raise VMError(f"cannot read {key} from /proc/meminfo")
+
+
+def host_available() -> int:
+    return meminfo("MemAvailable")
+
+
+def default_memory(need_mb: int) -> str:
+    """Guest memory for a run that needs need_mb MiB: that, within 60% of
+    the host's available memory, and at least 2 GiB."""
+    have = int(host_available() * 0.6) >> 20
+    return f"{max(2048, min(need_mb, have))}M"
+
+
+def sizing(need_mb: int, *, on_machine: bool, memory: str | None = None,
+           slack_mb: int = 512) -> tuple[str, int]:
+    """(memory, MiB the run has) of a run that needs need_mb MiB: natively
+    this machine's total memory (what its record says) and its available
+    memory; in a guest `memory`, or default_memory() with slack_mb of slack,
+    and its size.  Raises VMError for a memory that is no size."""
+    if on_machine:
+        return f"{meminfo('MemTotal') >> 20}M", host_available() >> 20
+    memory = memory or default_memory(need_mb + slack_mb)
+    return memory, parse_size(memory) >> 20
+
+
+def fit_place(on_machine: bool, have_mb: int) -> str:
+    """Where a run that does not fit would have run, for its message."""
+    return (f"this machine's {have_mb} MiB of available memory" if on_machine
+            else f"a {have_mb} MiB guest")
 
 
 def kvm_usable() -> bool:
