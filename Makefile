@@ -22,6 +22,7 @@
 #   make bench-redis    Redis snapshots across sizes, loads and copy threads (SERVER=, NATIVE=, BENCH_REDIS_ARGS=)
 #   make bench-offcost  the series' cost unused: unpatched, =y with vm.async_fork=0, =n (OFFCOST_ARGS=)
 #   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan, SOAK_ARGS=)
+#   make report         docs/results.md and docs/results/plots/ from the records in docs/results/*.json alone
 #   make baseline       run the upstream mm selftests and rewrite their baseline
 #   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours)
 #   make kernel-git     a kernel git tree to edit the series in ($(KGIT)): the tarball, then git am
@@ -39,7 +40,8 @@
 # by git), KERNEL, NATIVE (1: on this machine, 0: in the VM, unset: native if
 # the running kernel has Async-fork), SERVER (redis or valkey), FLAVOUR,
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
-# Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/.
+# Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
+# commit one under docs/results/ and run make report to publish it.
 
 KERNEL_TARBALL ?= /usr/src/linux-source-6.12.tar.xz
 BUILD          ?= build
@@ -63,7 +65,7 @@ GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
-	test soak baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-offcost bench-programs vm \
+	test soak report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
@@ -119,6 +121,10 @@ test: check kernel-debug selftests upstream-selftests bench-programs
 
 soak: kernel-$(KERNEL) selftests
 	@$(PYTHON) -m asyncfork.soak --kernel $(KERNEL) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
+# Needs no build: only the committed records.
+report:
+	@$(PYTHON) -m asyncfork.report
 
 baseline: kernel-debug upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)

@@ -28,7 +28,7 @@ from conftest import BUILD, TOP, module_command
 from asyncfork import fork_bench
 from asyncfork import native
 from asyncfork import redis_bench
-from asyncfork import redis_snapshot, results
+from asyncfork import redis_snapshot, report, results
 
 PY = sys.executable
 HOST_HAS_ASYNC_FORK = native.has_async_fork()
@@ -329,6 +329,10 @@ def test_native_demo_with_a_fake_root(tmp_path):
     assert record["server"]["allocator"] == "libc" and record["machine"]["host_cpus"] >= 1
     assert all(t["rdb_exact"] for t in record["modes"].values())
     assert set(record["modes"]) == {"default", "async"}
+    # make report's section of it, and its plot.
+    text, pngs = report.render([(record_file, record)], tmp_path / "plots")
+    assert "valkey-server 9." in text and "| Async-fork (memory.async_fork=1) |" in text
+    assert f"{record_file.stem}-latency.png" in [p.name for p in pngs]
     assert not (out / "work").exists()
     assert_put_back(root)
 
@@ -350,7 +354,10 @@ def test_native_bench_report(tmp_path):
                                         "--root", str(root)])])
     assert redis_bench.report(tmp_path, tmp_path / "rec")
     record_file, = (tmp_path / "rec").glob("bench-redis-redis-*.json")
-    rows = json.loads(record_file.read_text())["runs"]
+    record = json.loads(record_file.read_text())
+    rows = record["runs"]
+    text, _ = report.render([(record_file, record)], tmp_path / "plots")
+    assert "**16M**: redis-server" in text
     assert rows[0]["config"]["server"] == "redis"
     assert rows[0]["config"]["allocator"] == "jemalloc"
     assert_put_back(root)

@@ -17,7 +17,7 @@ loads the modules the guest needs from the package's lib/modules), twice:
      last program checks that each of those walkers did act.
 
 Judged as the suite judges a program (exit code, KTAP cases, no kernel
-report in the log).  Writes docs/results/test-deb-FLAVOUR-DATE.json whether
+report in the log).  Writes BUILD/results/test-deb-FLAVOUR-DATE.json whether
 it passed or not.
 """
 

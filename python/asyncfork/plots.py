@@ -264,8 +264,8 @@ def redis_interruptions(path: Path, record: dict) -> Path | None:
 
 
 def offcost(path: Path, record: dict) -> Path | None:
-    """bench-offcost: each kernel's median per test against the unpatched
-    kernel's, with the spread of its runs (min to max) as an error bar."""
+    """bench-offcost: each kernel's median per test against the first
+    (unpatched) kernel's, with the range of its runs (min to max)."""
     summary = record["summary"]
     kernels = list(summary)
     tests = [t for t in summary[kernels[0]] if all(t in summary[k] for k in kernels)]
@@ -280,12 +280,13 @@ def offcost(path: Path, record: dict) -> Path | None:
         med = [summary[k][t]["median"] / base[t]["median"] for t in tests]
         lo = [m - summary[k][t]["min"] / base[t]["median"] for m, t in zip(med, tests)]
         hi = [summary[k][t]["max"] / base[t]["median"] - m for m, t in zip(med, tests)]
-        ax.bar(xs, med, width, yerr=[lo, hi], capsize=2, label=k)
+        ax.errorbar(xs, med, yerr=[lo, hi], fmt="o", capsize=3, label=k)
     ax.axhline(1.0, color="black", lw=0.6)
     ax.set_xticks(range(len(tests)), tests, fontsize=8)
     ax.set_ylabel(f"median / {kernels[0]}'s median")
-    ax.set_ylim(0.8, 1.2)
-    ax.set_title("What the series costs unused (bars: min to max of the runs)", fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title("What the series costs unused: median of each kernel's runs, and their "
+                 "range (min to max)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(plt, fig, path)

@@ -1,0 +1,191 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Results as data: make report runs from the committed records alone, the
+committed docs/results.md and its plots are what it makes of them, and
+every figure of the README's results comes from a committed record or
+says that it does not."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TOP
+
+from asyncfork import fork_bench, report, results
+
+README = TOP / "README.md"
+DOCS = TOP / "docs"
+NO_RECORD = "no committed record"
+
+
+def run_report(tmp_path):
+    """make report's command into tmp_path, with a build folder that does
+    not exist: nothing but the committed records may be read."""
+    env = dict(os.environ, ASYNCFORK_BUILD=str(tmp_path / "no-build"),
+               PYTHONPATH=str(TOP / "python"))
+    p = subprocess.run([sys.executable, "-m", "asyncfork.report", "--markdown",
+                        str(tmp_path / "results.md"), "--plots", str(tmp_path / "plots")],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert not (tmp_path / "no-build").exists()
+    return (tmp_path / "results.md").read_text(), sorted(
+        f.name for f in (tmp_path / "plots").glob("*.png"))
+
+
+def test_report_runs_from_the_committed_records_and_is_up_to_date(tmp_path):
+    text, made = run_report(tmp_path)
+    assert text == (DOCS / "results.md").read_text(), \
+        "docs/results.md is not what make report makes of docs/results/*.json: run make report"
+    assert made == sorted(f.name for f in (DOCS / "results/plots").glob("*.png")), \
+        "docs/results/plots/ differs from what make report draws: run make report"
+    # Every record committed has its section, linked to it.
+    for f in (DOCS / "results").glob("*.json"):
+        assert f"(results/{f.name})" in text, f.name
+
+
+def test_every_figure_of_results_md_comes_from_a_record():
+    text = (DOCS / "results.md").read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert images, "docs/results.md shows no plot"
+    stems = [f.stem for f in (DOCS / "results").glob("*.json")]
+    for img in images:
+        assert img.startswith("results/plots/") and (DOCS / img).is_file(), img
+        # A plot is named after the record it is drawn from.
+        assert any(Path(img).stem.startswith(s) for s in stems), img
+    for link in re.findall(r"\]\((results/[^)]+\.json)\)", text):
+        assert (DOCS / link).is_file(), link
+
+
+def numbers(value) -> list[float]:
+    """Every number in a record, recursively."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in numbers(v)]
+    return []
+
+
+def unbacked(readme: str, top: Path) -> list[str]:
+    """The figures of a README's results section that come from no
+    committed record and do not say so: a table row's numbers must each be
+    in the record its "data" cell links (as is, or in ms from us, at the
+    precision shown), or a ratio of two of them; a row without a record
+    says "no committed record"; an image is a plot make report drew
+    (docs/results/plots/), or the line after it says "no committed record"."""
+    section = readme.split("## Results", 1)[1].split("\n## ", 1)[0]
+    lines = section.splitlines()
+    bad = []
+    for i, line in enumerate(lines):
+        m = re.match(r"!\[[^\]]*\]\(([^)]+)\)", line)
+        if m and not m.group(1).startswith("docs/results/plots/") and \
+                NO_RECORD not in " ".join(lines[i + 1:i + 2]).lower():
+            bad.append(f"plot {m.group(1)}: from no record, and not said")
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in lines if line.startswith("|") and not line.startswith("| ---")]
+    if not rows:
+        return bad + ["no results table"]
+    header, rows = rows[0], rows[1:]
+    if header[-1] != "data":
+        return bad + ["the results table has no data column"]
+    for row in rows:
+        data = row[-1]
+        link = re.search(r"\]\((docs/results/[^)]+\.json)\)", data)
+        if not link:
+            if NO_RECORD not in data.lower():
+                bad.append(f"row '{row[0]}': no record linked, and not said")
+            continue
+        path = top / link.group(1)
+        if not path.is_file():
+            bad.append(f"row '{row[0]}': {link.group(1)} is not committed")
+            continue
+        have = numbers(json.loads(path.read_text()))
+        shown = []
+        for cell in row[1:-1]:
+            for num in re.findall(r"\d+(?:\.\d+)?", cell):
+                shown.append(num)
+        values = [float(n) for n in shown]
+        for num in shown:
+            places = len(num.split(".")[1]) if "." in num else 0
+            target = float(num)
+            found = any(round(v, places) == target or round(v / 1e3, places) == target
+                        for v in have)
+            derived = any(round(a / b, places) == target for a in values for b in values
+                          if b and a != b)
+            if not (found or derived):
+                bad.append(f"row '{row[0]}': {num} is not in {link.group(1)}")
+    return bad
+
+
+def test_readme_results_come_from_committed_records():
+    assert not unbacked(README.read_text(), TOP)
+
+
+def test_readme_results_without_a_record_are_listed():
+    # The figures that still lack a record (issue 19): these, and no more.
+    text = README.read_text().split("## Results", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in text.splitlines() if line.startswith("|") and NO_RECORD in line]
+    assert len(rows) <= 6, "more README results without a record than before"
+
+
+def test_an_unbacked_figure_is_caught(tmp_path):
+    rec = tmp_path / "docs/results/demo-redis-2026-01-01.json"
+    rec.parent.mkdir(parents=True)
+    rec.write_text(json.dumps({"modes": {"default": {"fork_ms": 476.14},
+                                         "async": {"fork_us": 14630}}}))
+    table = "| run | default | async | ratio | data |\n| --- | --- | --- | --- | --- |\n"
+    head = "## Results\n\n" + table
+    good = ("| demo | 476.14 ms | 14.63 ms | 33x | "
+            "[record](docs/results/demo-redis-2026-01-01.json) |\n")
+    assert unbacked(head + good, tmp_path) == []
+    wrong = good.replace("476.14", "476.15").replace("33x", "")
+    assert unbacked(head + wrong, tmp_path) == [
+        "row 'demo': 476.15 is not in docs/results/demo-redis-2026-01-01.json"]
+    assert unbacked(head + "| demo | 1 ms | 2 ms | | |\n", tmp_path) == [
+        "row 'demo': no record linked, and not said"]
+    assert unbacked(head + "| demo | 1 ms | 2 ms | | no committed record |\n", tmp_path) == []
+    assert unbacked("## Results\n\n![p](docs/results/x.png)\n\n" + table + good, tmp_path) == [
+        "plot docs/results/x.png: from no record, and not said"]
+    assert unbacked("## Results\n\n![p](docs/results/x.png)\n*No committed record.*\n\n" +
+                    table + good, tmp_path) == []
+
+
+def test_report_draws_a_bench_fork_record(tmp_path):
+    # A bench-fork run's record, as fork_bench.report() writes it from its
+    # files, rendered by make report's code: its medians are in the page.
+    out = tmp_path / "fork"
+    out.mkdir()
+    meta = {**results.metadata("bench-fork", kernels=[results.kernel(None)],
+                               machine_info=results.machine(), argv=[], args={},
+                               started=1795600000.0),
+            "seconds": 60.0, "sizes_mb": [512, 1024], "repeat": 1, "copy_threads": [1, 2]}
+    (out / "meta.json").write_text(json.dumps(meta))
+    rows = []
+    for s in (512, 1024):
+        for thp in (False, True):
+            rows.append({"size_mb": s, "thp": thp, "async": False, "fork_us": 50.0 * s,
+                         "child_us": 60.0 * s})
+            for t in (1, 2):
+                rows.append({"size_mb": s, "thp": thp, "async": True, "copy_threads": t,
+                             "fork_us": 2000.0, "child_us": 30.0 * s / t})
+    (out / "forkbench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert fork_bench.report(out, tmp_path / "rec") == 0
+    path, = (tmp_path / "rec").glob("bench-fork-*.json")
+    text, pngs = report.render(report.load(tmp_path / "rec"), tmp_path / "plots")
+    assert "| 1 GiB | 4 KiB | 51.20 | 2.000 | 26x | 61.44 | 30.72 |" in text
+    assert f"(results/{path.name})" in text
+    assert [p.name for p in pngs] == [f"{path.stem}-copy-threads.png",
+                                      f"{path.stem}-fork-vs-size.png"]
+
+
+@pytest.mark.parametrize("kind", ["nonsense"])
+def test_a_json_that_is_no_record_is_refused(tmp_path, kind):
+    (tmp_path / "x.json").write_text(json.dumps({"kind": kind}))
+    with pytest.raises(SystemExit, match="not a record"):
+        report.load(tmp_path)
