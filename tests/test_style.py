@@ -141,3 +141,15 @@ def test_make_help_lists_every_target_once():
     named = [line.split()[1] for line in out if line.startswith("  make ")]
     assert len(targets) > 30 and sorted(named) == sorted(targets), \
         (set(targets) - set(named), set(named) - set(targets))
+
+
+def test_every_script_is_executable():
+    # A file with a #! line is run by its path (the docs say to): mode 755.
+    staged = subprocess.run(["git", "ls-files", "-s"], capture_output=True, text=True,
+                            cwd=TOP, check=True).stdout.splitlines()
+    not_exec = [line.split("\t", 1)[1] for line in staged
+                if not line.startswith("100755") and (TOP / line.split("\t", 1)[1]).is_file()
+                and (TOP / line.split("\t", 1)[1]).read_bytes()[:2] == b"#!"]
+    assert not not_exec, f"a #! line but not executable: {not_exec}"
+    assert not [f for f in python_files() if f.startswith("python/") and
+                (TOP / f).read_bytes()[:2] == b"#!"], "package modules run with python -m"

@@ -133,13 +133,20 @@ def image(png: Path | None, alt: str) -> list[str]:
     return [f"![{alt}](results/plots/{png.name})", ""] if png else []
 
 
+def figures(rec: dict, stem: str, plot_dir: Path, which) -> list[str]:
+    """Draw a record's plots, STEM-WHAT.png, and link those drawn (a plot
+    without data, say copy threads with one thread count, is not)."""
+    return [line for what, draw, alt in which
+            for line in image(draw(plot_dir / f"{stem}-{what}.png", rec), alt)]
+
+
 # Each kind: (title, section writer).  A writer returns markdown lines and
 # draws its plots into plot_dir, named STEM-WHAT.png after the record.
 
 def offcost_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     lines = [offcost.table(rec["summary"], rec["units"]), "", offcost.LEGEND, ""]
-    png = plots.offcost(plot_dir / f"{stem}.png", rec)
-    return lines + image(png, "each kernel's median against the unpatched kernel's")
+    return lines + image(plots.offcost(plot_dir / f"{stem}.png", rec),
+                         "each kernel's median against the unpatched kernel's")
 
 
 def test_deb_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
@@ -201,11 +208,9 @@ def demo_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
                   f"{fmt(a['child_copy_ms'], 1)} ms; the server was interrupted {a['syncs']} "
                   f"times ({fmt(a['sync_total_ms'])} ms in all, longest "
                   f"{fmt(a['sync_max_ms'], 3)} ms).", ""]
-    lines += image(plots.demo_latency(plot_dir / f"{stem}-latency.png", rec),
-                   "latency over time")
-    lines += image(plots.demo_interruptions(plot_dir / f"{stem}-interruptions.png",
-                                                       rec), "the server's interruptions")
-    return lines
+    return lines + figures(rec, stem, plot_dir, (
+        ("latency", plots.demo_latency, "latency over time"),
+        ("interruptions", plots.demo_interruptions, "the server's interruptions")))
 
 
 def bench_fork_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
@@ -220,27 +225,23 @@ def bench_fork_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
             c, ca = (plots.fork_median(rec, s, thp, af, "child_ms") for af in (False, True))
             lines.append(f"| {plots.size_name(s)} | {'THP' if thp else '4 KiB'} | {fmt(f)} | "
                          f"{fmt(fa, 3)} | {f / fa:.0f}x | {fmt(c)} | {fmt(ca)} |")
-    lines.append("")
-    lines += image(plots.fork_vs_size(plot_dir / f"{stem}-fork-vs-size.png", rec),
-                   "fork() against memory size")
-    lines += image(plots.fork_copy_threads(plot_dir / f"{stem}-copy-threads.png",
-                                                      rec), "the child's copy against copy threads")
-    return lines
+    return lines + [""] + figures(rec, stem, plot_dir, (
+        ("fork-vs-size", plots.fork_vs_size, "fork() against memory size"),
+        ("copy-threads", plots.fork_copy_threads, "the child's copy against copy threads")))
 
 
 def bench_redis_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
-    lines = [f"Open-loop load of {rec['rate']} requests/s; one subsection per configuration."
-             , ""]
+    lines = [f"Open-loop load of {rec['rate']} requests/s; one subsection per configuration.",
+             ""]
     for run in rec["runs"]:
         c = run["config"]
         lines += [f"**{c['name']}**: {c['server_line']}, {c['dataset_mb']} MiB, "
                   f"{c['set_ratio']:.0%} SET, {c['clients']} clients, {c['threads']} copy "
                   "threads.", ""] + snapshot_rows(run["table"])
-    for what, draw, alt in (("fork-vs-size", plots.redis_fork_vs_size, "fork() against dataset"),
-                            ("copy-threads", plots.redis_copy_threads, "against copy threads"),
-                            ("interruptions", plots.redis_interruptions, "interruptions")):
-        lines += image(draw(plot_dir / f"{stem}-{what}.png", rec), alt)
-    return lines
+    return lines + figures(rec, stem, plot_dir, (
+        ("fork-vs-size", plots.redis_fork_vs_size, "fork() against dataset"),
+        ("copy-threads", plots.redis_copy_threads, "against copy threads"),
+        ("interruptions", plots.redis_interruptions, "interruptions")))
 
 
 SECTIONS = {
