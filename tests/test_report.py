@@ -189,3 +189,7 @@ def test_a_json_that_is_no_record_is_refused(tmp_path, kind):
     (tmp_path / "x.json").write_text(json.dumps({"kind": kind}))
     with pytest.raises(SystemExit, match="not a record"):
         report.load(tmp_path)
+
+
+def test_readme_is_a_front_page():
+    assert len(README.read_text().splitlines()) < 150

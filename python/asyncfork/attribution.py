@@ -633,7 +633,7 @@ def slow_lines(mode: str, att: dict, cap: int = PRINT_SLOW) -> list:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in r["causes_ms"].items())
         lines.append(f"  {r['latency_ms']:8.1f} ms {r['op']}: {parts}")
     if len(slow) > cap:
-        lines.append(f"  ... {len(slow) - cap} more in table.json")
+        lines.append(f"  ... {len(slow) - cap} more in the run's record")
     return lines
 
 

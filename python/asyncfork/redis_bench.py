@@ -11,7 +11,8 @@ latency of the requests sent during the snapshot against an equal window
 before it, the server's interruptions by proactive synchronization
 (tracepoints) and the child's copy time.  Where it runs is decided as in
 the demo (NATIVE=0/1, --native/--vm, or /proc/sys/vm/async_fork).
-Results: BUILD/results/SERVER-bench/{results.json,*.png}.
+Files: BUILD/results/SERVER-bench/ (meta.json, a folder per configuration,
+*.png); the record: BUILD/results/bench-redis-SERVER-DATE.json.
 """
 
 import argparse
