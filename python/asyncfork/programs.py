@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from asyncfork import suite
-from asyncfork.paths import BUILD, TOP
+from asyncfork.paths import BUILD, PYTHON_DIR, TOP
 
 SELFTESTS = BUILD / "selftests"
 UPSTREAM_TIMEOUT = 900
@@ -55,7 +55,8 @@ def stress_programs(seconds: int, redis_snapshots: int,
              "--timeout", f"{seconds}s", "--metrics-brief"])),
         suite.Program("redis_digest", 300 + 200 * redis_snapshots,
                         async_fork(2, 1) + shlex.join(
-                            [os.path.abspath(sys.executable), str(TOP / "tests/guest/redis_digest.py"),
+                            ["env", f"PYTHONPATH={PYTHON_DIR}", os.path.abspath(sys.executable),
+                             str(TOP / "tests/guest/redis_digest.py"),
                              "--expect-async", "--snapshots", str(redis_snapshots),
                              "--keys", str(redis_keys)])),
     ]
@@ -103,7 +104,7 @@ def missing(programs: list[suite.Program]) -> list[str]:
     gone = set()
     for p in programs:
         words = last_command(p.command)
-        exe = next(w for w in words if "=" not in w)
+        exe = next(w for w in words if "=" not in w and w != "env")
         if not (Path(exe).exists() if "/" in exe else shutil.which(exe)):
             gone.add(exe)
     return sorted(gone)

