@@ -9,7 +9,7 @@ and lost events must be reported and never analysed past."""
 import json
 
 import pytest
-from conftest import TOP
+from conftest import BUILD, TOP
 
 from asyncfork import attribution
 from asyncfork import native
@@ -334,7 +334,7 @@ def test_attribute_refused_for_a_guest_kernel_without_kprobes(tmp_path):
 def test_the_lean_kernel_has_what_attribution_needs():
     # lean.config is a fragment (event tracing and kretprobes come with
     # what it sets): the built kernel's whole .config is what counts.
-    config = TOP / "build/lean/.config"
+    config = BUILD / "lean/.config"
     if not config.exists():
         pytest.skip("build/lean is not built")
     assert attribution.config_missing(config) == []

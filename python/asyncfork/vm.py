@@ -238,7 +238,7 @@ def root_fs_args(root_fs: str) -> list[str]:
     if root_fs == "virtiofs":
         if not shutil.which("virtiofsd", path=f"{TOOLS}:{os.environ.get('PATH', '')}"):
             raise VMError("virtiofsd not found: this kernel has no 9p, and its guest needs "
-                          "virtiofsd (make virtiofsd builds it into build/tools/bin)")
+                          f"virtiofsd (make virtiofsd builds it into {TOOLS})")
         return []
     raise VMError(f"root_fs must be 9p or virtiofs, not '{root_fs}'")
 
@@ -253,7 +253,7 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     read-only (writes go to a throw-away overlay), except for `rwdirs`.
     `root_fs` is how the guest sees it: "9p" (the project's kernels), or
     "virtiofs" for a kernel without 9p (Debian's cloud flavour), which
-    needs virtiofsd (the Rust one) on PATH or in build/tools/bin.
+    needs virtiofsd (the Rust one) on PATH or in BUILD/tools/bin.
     `echo` copies the console to stdout as it comes: all of it if True,
     only the lines that start with it if a string (progress lines).
     """
