@@ -193,3 +193,30 @@ def test_a_json_that_is_no_record_is_refused(tmp_path, kind):
 
 def test_readme_is_a_front_page():
     assert len(README.read_text().splitlines()) < 150
+
+
+def test_report_draws_a_test_deb_record(tmp_path):
+    # make test-deb's record (asyncfork.deb_suite): the package's kernel
+    # from its image, its config hash from the package's config file.
+    boot = tmp_path / "root/boot"
+    boot.mkdir(parents=True)
+    release = "6.12.117-asyncfork-cloud-amd64"
+    (boot / f"vmlinuz-{release}").write_bytes(b"MZ")
+    (boot / f"config-{release}").write_text("CONFIG_ASYNC_FORK=y\n")
+    k = results.kernel(image=boot / f"vmlinuz-{release}", label="cloud-amd64",
+                       async_fork="set by each program")
+    assert k["release"] == release and k["flavour"] == "cloud-amd64"
+    assert k["config_sha256"] == results.file_sha256(boot / f"config-{release}")
+    rec = {**results.metadata("test-deb", kernels=[k], machine_info=results.machine(3, "4G", 2,
+                                                                                    "zram"),
+                              argv=["--flavour", "cloud-amd64"], args={}, started=1795600000.0),
+           "package": "linux-image-x.deb", "package_version": "1", "package_sha256": "ab" * 32,
+           "flavour": "cloud-amd64", "seconds": 300.0, "passed": True,
+           "boots": {"defaults": {"kernel": release, "seconds": 120.0, "kernel_reports": 0,
+                                  "passed": True, "programs": {"fork_snapshot": {
+                                      "passed": True, "seconds": 20.0, "problems": []}}}}}
+    path = results.write(rec, tmp_path / "rec", "test-deb-cloud-amd64")
+    text, _ = report.render(report.load(tmp_path / "rec"), tmp_path / "plots")
+    assert f"| defaults | {release} | yes | 120 | 0 | - |" in text
+    assert f"| cloud-amd64 | {release} | {k['config_sha256'][:12]} | " in text
+    assert f"(results/{path.name})" in text

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import programs, soak
+from asyncfork import programs, results, soak
 from asyncfork import suite as harness
 
 TOP = programs.TOP
@@ -154,16 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True,
                              text=True, check=True).stdout.strip()
     record = {
+        **results.metadata("test-deb", kernels=[results.kernel(
+            image=image, label=a.flavour, async_fork="set by each program")],
+            machine_info=soak.machine(a.cpus, a.memory, 2, "zram"), argv=argv, args=vars(a),
+            started=start),
         "package": deb.name,
         "package_version": version,
         "package_sha256": sha256(deb),
         "flavour": a.flavour,
-        "commit": harness.vm.git_describe(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start)),
         "seconds": round(finished - start, 1),
         "passed": all(b["passed"] for b in boots.values()),
-        "machine": soak.machine(a.cpus, a.memory, 2, "zram"),
-        "args": {"argv": argv, **vars(a)},
         "boots": boots,
     }
     path = soak.write_record(record, Path(a.record_dir), a.flavour, kind="test-deb")

@@ -77,11 +77,15 @@ def series() -> dict:
 
 
 def kernel(kernel_dir: Path | None = None, *, label: str | None = None,
-           async_fork: str | None = None) -> dict:
-    """A kernel the run measured: a build folder booted in a guest, or
-    (kernel_dir None) the kernel this machine runs, whose .config is
-    /boot/config-RELEASE if there is one."""
-    if kernel_dir is None:
+           async_fork: str | None = None, image: Path | None = None) -> dict:
+    """A kernel the run measured: a build folder booted in a guest, a
+    packaged kernel's image (image: BOOT/vmlinuz-RELEASE, its .config
+    BOOT/config-RELEASE), or (neither) the kernel this machine runs, whose
+    .config is /boot/config-RELEASE if there is one."""
+    if image is not None:
+        release = Path(image).name.removeprefix("vmlinuz-")
+        config, flavour = Path(image).parent / f"config-{release}", label or "package"
+    elif kernel_dir is None:
         release = os.uname().release
         config, flavour = Path(f"/boot/config-{release}"), "running"
     else:
