@@ -3,7 +3,14 @@
 # Export the kernel series from a kernel git tree made by kernel-git.sh:
 #
 #   BASE..FIXES   kernel/patches/selftests-mm/  fixes to upstream mm selftests
-#   FIXES..HEAD   kernel/patches/async-fork/    Async-fork
+#   FIXES..AF     kernel/patches/async-fork/    Async-fork
+#   AF..HEAD      kernel/patches/mm-fixes/      fixes to 6.12 itself
+#
+# mm-fixes depends on neither of the others: it is exported from its
+# commits picked onto BASE, so that it applies to BASE and its
+# base-commit: is true.  In the tree, and in kernel/patches/series, it
+# comes last only so that adding a fix leaves every prefix of the other
+# two as make check-series has already checked it.
 #
 # Each folder gets what `git format-patch --cover-letter --base` makes:
 # whole patches (new files included), numbered, with base-commit:, the
@@ -14,24 +21,27 @@
 # apply both in order.  From: and Signed-off-by: name the submitter: the
 # tree's git config user.name and user.email, which must be set.
 #
-# Usage: export-series.sh KERNEL_GIT_TREE [BASE [FIXES]]
-#        (defaults: the tags asyncfork-base and selftests-mm-fixes)
+# Usage: export-series.sh KERNEL_GIT_TREE [BASE [FIXES [AF]]]
+#        (defaults: the tags asyncfork-base, selftests-mm-fixes and
+#        async-fork-end)
 set -euo pipefail
 
 die() { echo "export-series: $*" >&2; exit 1; }
-{ [ $# -ge 1 ] && [ $# -le 3 ]; } || die "usage: export-series.sh KERNEL_GIT_TREE [BASE [FIXES]]"
+{ [ $# -ge 1 ] && [ $# -le 4 ]; } || die "usage: export-series.sh KERNEL_GIT_TREE [BASE [FIXES [AF]]]"
 tree=$1
 base=${2:-asyncfork-base}
 fixes=${3:-selftests-mm-fixes}
+af=${4:-async-fork-end}
 top=$(cd "$(dirname "$0")/.." && pwd)
 patches=$top/kernel/patches
 
 git -C "$tree" rev-parse -q --verify HEAD >/dev/null || die "$tree is not a git tree"
-for r in "$base" "$fixes"; do
+for r in "$base" "$fixes" "$af"; do
 	git -C "$tree" rev-parse -q --verify "$r^{commit}" >/dev/null || die "no commit $r in $tree"
 done
 git -C "$tree" merge-base --is-ancestor "$base" "$fixes" || die "$fixes does not descend from $base"
-git -C "$tree" merge-base --is-ancestor "$fixes" HEAD || die "HEAD does not descend from $fixes"
+git -C "$tree" merge-base --is-ancestor "$fixes" "$af" || die "$af does not descend from $fixes"
+git -C "$tree" merge-base --is-ancestor "$af" HEAD || die "HEAD does not descend from $af"
 name=$(git -C "$tree" config user.name) || die "git config user.name is not set in $tree: the patches are sent in the submitter's name"
 email=$(git -C "$tree" config user.email) || die "git config user.email is not set in $tree"
 [ -n "$(git -C "$tree" status --porcelain --untracked-files=no)" ] && die "$tree has uncommitted changes"
@@ -40,7 +50,7 @@ others=$(git -C "$tree" log --format='%an <%ae>' "$base..HEAD" | sort -u | grep 
 
 # export ONE RANGE TEMPLATE
 export_one() {
-	local dir=$patches/$1 range=$2 template=$3 out subject recipients to cc msgs date
+	local dir=$patches/$1 range=$2 template=$3 tree=${4:-$tree} out subject recipients to cc msgs date
 	[ -r "$template" ] || die "no cover letter text $template"
 	out=$(mktemp -d)
 	git -C "$tree" format-patch -q --no-signature --zero-commit --signoff \
@@ -88,12 +98,26 @@ PY
 }
 
 export_one selftests-mm "$base..$fixes" "$top/kernel/cover-letter-selftests-mm.txt"
-export_one async-fork "$fixes..HEAD" "$top/kernel/cover-letter-async-fork.txt"
+export_one async-fork "$fixes..$af" "$top/kernel/cover-letter-async-fork.txt"
+# mm-fixes: its commits picked onto the base, in a worktree of their own.
+if [ -n "$(git -C "$tree" rev-list "$af..HEAD")" ]; then
+	picked=$(mktemp -d)
+	head=$(git -C "$tree" rev-parse HEAD)
+	git -C "$tree" worktree add -q --detach "$picked" "$base"
+	git -C "$picked" -c core.hooksPath=/dev/null cherry-pick --allow-empty "$af..$head" >/dev/null 2>&1 ||
+		{ git -C "$tree" worktree remove --force "$picked"; die "the commits after $af do not apply to $base alone"; }
+	export_one mm-fixes "$base..HEAD" "$top/kernel/cover-letter-mm-fixes.txt" "$picked"
+	git -C "$tree" worktree remove --force "$picked"
+else
+	rm -rf "$patches/mm-fixes"
+fi
 
 {
 	echo "# Applied in order by scripts/prepare-source.sh to Debian's linux-source-6.12:"
-	echo "# fixes to upstream mm selftests, then Async-fork.  Written by export-series.sh."
-	for d in selftests-mm async-fork; do
+	echo "# fixes to upstream mm selftests, Async-fork, then fixes to 6.12 itself (which"
+	echo "# apply to the base alone).  Written by export-series.sh."
+	for d in selftests-mm async-fork mm-fixes; do
+		[ -d "$patches/$d" ] || continue
 		for f in "$patches/$d"/0*.patch; do
 			case "$f" in */0000-*) ;; *) echo "${f#"$patches"/}" ;; esac
 		done

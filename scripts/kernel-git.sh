@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: GPL-2.0
 # Make a kernel git tree to work on the series in: Debian's linux-source
 # tarball as one commit (tag asyncfork-base), then `git am` of
-# kernel/patches/series (tag selftests-mm-fixes after the selftest fixes).
+# kernel/patches/series (tag selftests-mm-fixes after the selftest fixes,
+# async-fork-end after Async-fork, before the fixes to 6.12 itself).
 #
 # The base commit is made with a fixed author, committer, date and message,
 # so that its hash, which the cover letters give as base-commit:, is the
@@ -42,10 +43,14 @@ if ! git config user.name >/dev/null || ! git config user.email >/dev/null; then
 fi
 while read -r p _; do
 	case "$p" in ''|'#'*) continue ;; esac
-	case "$p" in async-fork/*)
+	case "$p" in
+	async-fork/*)
 		git rev-parse -q --verify selftests-mm-fixes >/dev/null || git tag selftests-mm-fixes ;;
+	mm-fixes/*)
+		git rev-parse -q --verify async-fork-end >/dev/null || git tag async-fork-end ;;
 	esac
 	git am -q --keep-cr "$patches/$p" || die "git am $p failed"
 done < "$patches/series"
 git rev-parse -q --verify selftests-mm-fixes >/dev/null || git tag selftests-mm-fixes
+git rev-parse -q --verify async-fork-end >/dev/null || git tag async-fork-end
 echo "kernel-git: $tree: base $(git rev-parse --short asyncfork-base), $(git rev-list --count asyncfork-base..HEAD) commits"

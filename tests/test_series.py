@@ -26,18 +26,40 @@ def files_of(patch):
     return re.findall(r"^\+\+\+ b/(\S+)", (PATCHES / patch).read_text(), re.M)
 
 
-def test_two_series_selftest_fixes_first():
+SERIES = ["selftests-mm", "async-fork", "mm-fixes"]
+
+
+def test_three_series_in_order():
     names = series()
     dirs = [n.split("/")[0] for n in names]
-    assert dirs == sorted(dirs, key=["selftests-mm", "async-fork"].index)
+    assert dirs == sorted(dirs, key=SERIES.index)
     assert dirs.count("selftests-mm") == 3
-    # The fixes touch only the selftests; Async-fork is in none of them.
+    # The selftest fixes touch only the selftests; Async-fork is in none of them.
     for n in names[:3]:
         assert all(f.startswith("tools/testing/selftests/mm/") for f in files_of(n)), n
         assert "async_fork" not in (PATCHES / n).read_text().lower(), n
+    # Nor in the fixes to 6.12 itself, which apply to the base alone.
+    for n in names:
+        if n.startswith("mm-fixes/"):
+            assert "async_fork" not in (PATCHES / n).read_text().lower(), n
 
 
-@pytest.mark.parametrize("folder", ["selftests-mm", "async-fork"])
+def test_mm_fixes_apply_to_the_base_alone(tmp_path):
+    """The fixes to 6.12 come last in the series file, but must not need
+    the series before them: they apply to the pristine tree alone."""
+    fixes = [n for n in series() if n.startswith("mm-fixes/")]
+    if not fixes:
+        pytest.skip("no mm-fixes series")
+    pristine = BUILD / "pristine"
+    if not (pristine / "Makefile").exists():
+        pytest.fail("build/pristine is not unpacked: run 'make source'")
+    for n in fixes:
+        r = subprocess.run(["patch", "-p1", "--dry-run", "--batch", "--forward", "-d", str(pristine),
+                            "-i", str(PATCHES / n)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("folder", SERIES)
 def test_cover_letter(folder):
     letter = (PATCHES / folder / "0000-cover-letter.patch").read_text()
     head = letter.split("\n\n", 1)[0]
@@ -90,6 +112,7 @@ def test_export_needs_the_submitters_identity(tmp_path):
     git("commit", "-q", "-m", "base")
     git("tag", "asyncfork-base")
     git("tag", "selftests-mm-fixes")
+    git("tag", "async-fork-end")
     before = {p: p.read_text() for p in PATCHES.rglob("*") if p.is_file()}
     r = subprocess.run([str(TOP / "scripts/export-series.sh"), str(tree)], capture_output=True,
                        text=True, env=env)
@@ -121,5 +144,5 @@ def test_git_am_reproduces_the_tested_kernel(tmp_path):
     # The cover letters' base is this base, for everyone who makes it.
     base = subprocess.run(["git", "-C", str(tree), "rev-parse", "asyncfork-base"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    for folder in ("selftests-mm", "async-fork"):
+    for folder in SERIES:
         assert f"base-commit: {base}" in (PATCHES / folder / "0000-cover-letter.patch").read_text()
