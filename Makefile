@@ -21,7 +21,7 @@
 #   make bench-fork     fork() against memory size and copy threads (NATIVE=, BENCH_FORK_ARGS=)
 #   make bench-redis    Redis snapshots across sizes, loads and copy threads (SERVER=, NATIVE=, BENCH_REDIS_ARGS=)
 #   make bench-offcost  the series' cost unused: unpatched, =y with vm.async_fork=0, =n (OFFCOST_ARGS=)
-#   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan, SOAK_ARGS=)
+#   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan/deb, SOAK_ARGS=)
 #   make report         docs/results.md and docs/results/plots/ from the records in docs/results/*.json alone
 #   make baseline       run the upstream mm selftests and rewrite their baseline
 #   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours)
@@ -119,8 +119,9 @@ check: source bench-programs
 test: check kernel-debug selftests upstream-selftests bench-programs
 	@$(PYTHON) -m pytest -m "guest or slow" tests $(PYTEST_ARGS)
 
-soak: kernel-$(KERNEL) selftests
-	@$(PYTHON) -m asyncfork.soak --kernel $(KERNEL) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+# KERNEL=deb: the package make deb built (FLAVOUR=), booted as make test-deb does.
+soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
+	@$(PYTHON) -m asyncfork.soak --kernel $(KERNEL) --flavour $(FLAVOUR) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 # Needs no build: only the committed records.
 report:

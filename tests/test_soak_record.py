@@ -259,6 +259,17 @@ def test_missing_kernel_is_refused_without_a_record(tmp_path):
     assert not (tmp_path / "rec").exists()
 
 
+def test_missing_package_is_refused_without_a_record(tmp_path):
+    """make soak KERNEL=deb before make deb: a clear error, no record."""
+    p = subprocess.run(module_command("soak") + ["--kernel", "deb", "--flavour", "no-such-flavour",
+                        "--record-dir", str(tmp_path / "rec")],
+                       capture_output=True, text=True, timeout=60, cwd=TOP, check=False)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "no linux-image package" in p.stderr and "make deb" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "rec").exists()
+
+
 @pytest.mark.parametrize("bad", [["--minutes", "0"], ["--timeout-factor", "0.5"]])
 def test_bad_soak_arguments(bad, tmp_path):
     p = subprocess.run(module_command("soak") + ["--kernel",

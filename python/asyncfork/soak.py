@@ -2,7 +2,10 @@
 """make soak: the randomized tests of the suite, for as long as asked.
 
 Boots one guest kernel (build/debug by default; `--kernel kasan` boots
-build/kasan, `make soak KERNEL=kasan`) once and runs fork_stress (pins, NUMA
+build/kasan, `make soak KERNEL=kasan`; `make soak KERNEL=deb` the package
+of make deb, with Debian's walkers acting as in make test-deb's second
+boot: KSM merging every program's memory, DAMON paging it out, MGLRU aging,
+proactive reclaim, THP always, two NUMA nodes) once and runs fork_stress (pins, NUMA
 migration, KSM; a memory cgroup with swap; injected allocation failures),
 stress-ng's memory stressors and the Redis digest check, every fork
 asynchronous, the time split between them.  Judged as the suite judges a
@@ -137,13 +140,14 @@ def print_judgement(prefix: str, run: harness.SuiteRun, progs: list[harness.Prog
 def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
                 progs: list[harness.Program], problems: dict[str, list[str]],
                 runs: list[dict], started: float, finished: float,
-                machine_info: dict, argv: list[str], args: dict) -> dict:
+                machine_info: dict, argv: list[str], args: dict,
+                image: Path | None = None) -> dict:
     """The soak's record.  Counters are sums over every fork_stress run
     (failed and repeated runs included), null if a run did not print them.
     forks, forks_deferred, syncs (tables the parent copied first) and
     child_copies (tables the child copied) come from fork_stress's counter
     line; children_checked from its "snapshots exact: N children" result."""
-    kernel = results.kernel(kernel_dir, label=kernel_name,
+    kernel = results.kernel(None if image else kernel_dir, label=kernel_name, image=image,
                             async_fork="2 (each program sets it)")
     if run.kernelrelease != "unknown":
         kernel["release"] = run.kernelrelease
@@ -184,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="total run time of the programs (default 30)")
     ap.add_argument("--kernel", default="debug",
                     help="kernel flavour NAME, booted from build/NAME (default debug: "
-                         "debug, kasan, kcsan, lean), or a build folder")
+                         "debug, kasan, kcsan, lean), a build folder, or deb: the "
+                         "package make deb built (--flavour), with Debian's walkers "
+                         "acting as in make test-deb's second boot")
+    ap.add_argument("--flavour", default="cloud-amd64",
+                    help="with --kernel deb: the package's flavour (default cloud-amd64)")
     ap.add_argument("--memory", default="4G")
     ap.add_argument("--cpus", type=int, default=3)
     ap.add_argument("--swap", choices=("loop", "zram"), default="loop",
@@ -197,15 +205,28 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.minutes <= 0:
         ap.error("--minutes must be positive")
-    kdir = kernel_dir(a.kernel)
-    name = kdir.name
+    packaged = a.kernel == "deb"
+    image = None
+    if packaged:
+        from asyncfork import deb_suite
+        debs = programs.BUILD / "debs" / a.flavour
+        try:
+            deb = deb_suite.find_package(debs)
+        except SystemExit as e:
+            print(f"soak: {e}", file=sys.stderr)
+            return 2
+        image = deb_suite.unpack(deb, programs.BUILD / "test-deb" / a.flavour)
+        kdir, name = image, f"deb-{a.flavour}"
+    else:
+        kdir = kernel_dir(a.kernel)
+        name = kdir.name
     factor = a.timeout_factor or TIMEOUT_FACTOR.get(name, 1.0)
     if factor < 1:
         ap.error("--timeout-factor must be at least 1")
     try:
         harness.vm.find_image(kdir)
     except harness.vm.VMError as e:
-        print(f"soak: {e} (make soak KERNEL={name})", file=sys.stderr)
+        print(f"soak: {e} (make soak KERNEL={a.kernel})", file=sys.stderr)
         return 2
     # Four timed programs share 90% of the time; Redis snapshots the rest
     # (about 40 s each under emulation).
@@ -223,13 +244,24 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"soak: not built: {', '.join(missing)}: run 'make soak'", file=sys.stderr)
         return 2
+    if packaged:
+        # Debian's defaults (THP always, MGLRU, NUMA balancing), and the
+        # walkers acting on every program's memory: KSM merging it, DAMON
+        # paging it out, MGLRU aging and proactive reclaim (pressure).
+        from asyncfork import deb_suite
+        walkers = deb_suite.GUEST / "walkers.sh"
+        progs = ([harness.Program("walkers_on", 60, f"{walkers} on")]
+                 + [deb_suite.under_ksm(p) for p in progs]
+                 + [harness.Program("walkers_check", 60, f"{walkers} check")])
     out = programs.BUILD / "results/soak"
     print(f"soak: {name} kernel, {seconds} s per stress program, "
           f"{snapshots} Redis snapshots per configuration, swap on {a.swap}; "
           f"results in {out}", flush=True)
     start = time.time()
+    extra = {"keep_thp": True, "root_fs": "virtiofs"} if packaged else {}
     run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
-                            numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor))
+                            numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor),
+                            **extra)
     finished = time.time()
     runs = fork_stress_runs(run, progs)
     problems = judge(run, progs, runs)
@@ -250,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                          machine_info=machine(a.cpus, a.memory, 2, a.swap),
                          argv=argv, args={**vars(a), "timeout_factor": factor,
                                           "seconds_per_program": seconds,
-                                          "redis_snapshots": snapshots})
+                                          "redis_snapshots": snapshots},
+                         image=image)
     path = write_record(record, Path(a.record_dir), name)
     print(f"soak: {len(progs) - failed} of {len(progs)} programs passed in "
           f"{(finished - start) / 60:.1f} min ({run.kernelrelease}); "
