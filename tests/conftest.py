@@ -75,13 +75,13 @@ def guest(request, kernel) -> suite.SuiteRun:
     if missing:
         pytest.exit(f"not built: {', '.join(map(str, missing))}: run 'make test' "
                     f"(or make selftests upstream-selftests)", returncode=2)
-    # Swap on a loop device, as make soak: with zram, fork_stress_memcg
-    # meets the zeros of docs/findings/memcg-zeros.md, which the unpatched
-    # 6.12 kernel shows too (reproduce with make soak SOAK_ARGS='--swap zram').
+    # Swap on zram, whose swap-ins may skip the swap cache: the path of
+    # docs/findings/madv-free-swapin.md (fixed by kernel/patches/mm-fixes),
+    # which madv_free_fork needs and a loop device never takes.
     run = suite.run_suite(
         kernel, OWN_PROGRAMS + upstream, BUILD / "results/suite",
         memory=request.config.getoption("--guest-memory"),
-        cpus=request.config.getoption("--guest-cpus"), numa_nodes=2, swap="loop")
+        cpus=request.config.getoption("--guest-cpus"), numa_nodes=2, swap="zram")
     sys.stderr.write(f"\nsuite boot: {run.kernelrelease}, {run.vm.elapsed:.0f} s, "
                      f"results in {run.outdir}\n")
     return run

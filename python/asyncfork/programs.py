@@ -35,12 +35,11 @@ def stress_programs(seconds: int, redis_snapshots: int,
         # -D 80: at least 80% of its forks must leave tables to the child.
         suite.Program("fork_stress", timeout, async_fork(2, 2) + f"{stress} -d -n -k -D 80"),
         # Reclaim to swap: a 40 MiB memory cgroup for a 32 MiB process and its
-        # children.  One retry: zeros in a child's snapshot, the open finding of
-        # docs/findings/memcg-zeros.md, happen on the unpatched 6.12 kernel too
-        # with swap on zram (the suite and make soak swap to a loop device);
-        # a failed run is still reported (a warning, with its output).
+        # children.  With swap on zram it found the zeros of
+        # docs/findings/memcg-zeros.md, a 6.12 bug that kernel/patches/mm-fixes
+        # fixes; no retry since.
         suite.Program("fork_stress_memcg", timeout,
-                        async_fork(2, 1) + f"{stress} -g 40 -D 80", retries=1),
+                        async_fork(2, 1) + f"{stress} -g 40 -D 80"),
         # Allocation failures injected into the Async-fork code.
         suite.Program("fork_stress_faults", timeout,
                         async_fork(2, 2) + f"{stress} -m 64 -F 10"),
