@@ -26,6 +26,18 @@ mapfile -t progs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$top/tests/upstrea
 for p in async_fork fork_snapshot; do
 	[ -f "$src/tools/testing/selftests/mm/$p.c" ] && progs+=("$p")
 done
+# A program the list names but this tree has no source for (madv_free_fork
+# before kernel/patches/mm-fixes, in make check-series's prefixes) is left
+# out; the suite then finds it missing and says so.
+have=()
+for p in "${progs[@]}"; do
+	if [ -f "$src/tools/testing/selftests/mm/$p.c" ]; then
+		have+=("$p")
+	else
+		echo "build-upstream-selftests: no $p.c in $src: not built"
+	fi
+done
+progs=("${have[@]}")
 
 make -s -C "$src" O="$build/headers" headers >/dev/null
 # Re-detect optional libraries (liburing) each time, as a fresh tree would.
