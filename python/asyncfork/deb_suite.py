@@ -82,6 +82,13 @@ def shipped_programs(stress_seconds: int) -> list[harness.Program]:
             stress["fork_stress"], stress["redis_digest"]]
 
 
+def cfs_bandwidth_on() -> harness.Program:
+    """First in each boot: hold CFS bandwidth's static key on, so that
+    cpu.max writes never patch code (the int3 oops of 6.12.117 under TCG,
+    docs/findings/distro-kernel-test-deb.md section 1)."""
+    return harness.Program("cfs_bandwidth_on", 60, str(GUEST / "cfs-bandwidth-on.sh"))
+
+
 def under_ksm(p: harness.Program) -> harness.Program:
     """@p with all its memory mergeable by KSM."""
     cmd = f"{GUEST / 'ksm-merge'} bash -c {shlex.quote(p.command)}"
@@ -140,12 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"test-deb: {deb.name}: booting {image.name} with its modules, twice", flush=True)
     start = time.time()
     boots = {}
-    progs = shipped_programs(a.stress_seconds)
+    progs = [cfs_bandwidth_on()] + shipped_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-defaults",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
                             keep_thp=True, root_fs="virtiofs")
     boots["defaults"] = judge_boot("defaults", run, progs)
-    progs = walker_programs(a.stress_seconds)
+    progs = [cfs_bandwidth_on()] + walker_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-walkers",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
                             keep_thp=True, root_fs="virtiofs")

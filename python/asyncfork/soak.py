@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         # paging it out, MGLRU aging and proactive reclaim (pressure).
         from asyncfork import deb_suite
         walkers = deb_suite.GUEST / "walkers.sh"
-        progs = ([harness.Program("walkers_on", 60, f"{walkers} on")]
+        progs = ([deb_suite.cfs_bandwidth_on(), harness.Program("walkers_on", 60, f"{walkers} on")]
                  + [deb_suite.under_ksm(p) for p in progs]
                  + [harness.Program("walkers_check", 60, f"{walkers} check")])
     out = programs.BUILD / "results/soak"
