@@ -5,6 +5,8 @@
 #   make help           this list
 #   make all            the same as make help (so is plain make)
 #   make setup          install what the project needs: apt packages, .venv, the harness (SETUP_ARGS=--yes)
+#   make arm64-root     arm64 (WIP): cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
+#                       (then make kernel-lean ARCH=arm64 KSRC=tree: a tree with kernel/arm64-wip applied)
 #   make source         unpack the kernel source and apply the series into $(BUILD)/linux
 #   make kernel-debug   build the debug guest kernel (correctness runs)
 #   make kernel-lean    build the lean guest kernel (benchmarks, demo)
@@ -64,7 +66,7 @@ GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-
 
 KSRC := $(BUILD)/linux
 
-.PHONY: all setup source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
+.PHONY: all setup arm64-root source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
 	test soak report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
@@ -75,6 +77,9 @@ help:
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
+
+arm64-root:
+	@scripts/setup-arm64.sh $(BUILD)
 
 source:
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)

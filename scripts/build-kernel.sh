@@ -13,6 +13,12 @@
 #        (BUILD_DIR/linux must be prepared)
 # Result: BUILD_DIR/FLAVOUR/arch/x86/boot/bzImage and BUILD_DIR/FLAVOUR/kernelrelease;
 # with --config-only, only BUILD_DIR/FLAVOUR/.config (checked, nothing compiled).
+#
+# ARCH=arm64 (work in progress, issue 20): cross-compiled with
+# aarch64-linux-gnu-gcc (scripts/setup-arm64.sh installs it), with
+# kernel/configs/arm64.config merged last, into BUILD_DIR/arm64-FLAVOUR
+# (arch/arm64/boot/Image).  The source tree must hold the arm64 patch:
+# KSRC=/path/to/tree replaces BUILD_DIR/linux.
 set -euo pipefail
 
 die() { echo "build-kernel: $*" >&2; exit 1; }
@@ -26,7 +32,7 @@ fi
 flavour=$1
 build=$(cd "$2" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
-src=$build/linux
+src=${KSRC:-$build/linux}
 out=$build/$flavour
 configs=$top/kernel/configs
 case "$flavour" in
@@ -39,13 +45,26 @@ kasan|kcsan)
 esac
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
 
-cc=gcc
-command -v ccache >/dev/null && cc="ccache gcc"
+cross=() image=bzImage image_path=arch/x86/boot/bzImage cc=gcc
+case "${ARCH:-x86}" in
+x86|x86_64|amd64) ;;
+arm64|aarch64)
+	command -v aarch64-linux-gnu-gcc >/dev/null ||
+		die "ARCH=arm64: aarch64-linux-gnu-gcc not found: run scripts/setup-arm64.sh"
+	grep -q 'select ARCH_SUPPORTS_ASYNC_FORK' "$src/arch/arm64/Kconfig" ||
+		die "ARCH=arm64: $src has no arm64 Async-fork patch (kernel/arm64-wip)"
+	fragments+=("$configs/arm64.config")
+	out=$build/arm64-$flavour
+	cross=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-)
+	image=Image image_path=arch/arm64/boot/Image cc=aarch64-linux-gnu-gcc ;;
+*) die "unknown ARCH '$ARCH' (x86 or arm64)" ;;
+esac
+command -v ccache >/dev/null && cc="ccache $cc"
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 # Identical inputs give identical objects whatever the build directory.
 export CCACHE_BASEDIR=$build CCACHE_NOHASHDIR=1 CCACHE_SLOPPINESS=time_macros
 export KBUILD_BUILD_USER=async-fork KBUILD_BUILD_HOST=guest
-kmake() { make -s -C "$src" O="$out" CC="$cc" "$@"; }
+kmake() { make -s -C "$src" O="$out" "${cross[@]}" CC="$cc" "$@"; }
 
 mkdir -p "$out"
 sum=$(cat "${fragments[@]}" | sha256sum)
@@ -78,6 +97,6 @@ if [ -n "$config_only" ]; then
 fi
 
 echo "build-kernel: building $flavour ($(kmake kernelrelease)) with $(nproc) jobs"
-kmake -j"$(nproc)" bzImage
+kmake -j"$(nproc)" $image
 kmake kernelrelease > "$out/kernelrelease"
-echo "build-kernel: $out/arch/x86/boot/bzImage ($(cat "$out/kernelrelease"))"
+echo "build-kernel: $out/$image_path ($(cat "$out/kernelrelease"))"
