@@ -113,7 +113,7 @@ bench-offcost: kernel-lean kernel-off bench-programs
 bench-redis: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) -m asyncfork.redis_bench $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
 
-SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh .ci/run
+SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh tests/repro/*.sh .ci/run
 
 # Some host tests drive the load generator against a host Redis/Valkey.
 check: source bench-programs
