@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncfork import suite
+from asyncfork import results, suite
 from asyncfork import programs
 from asyncfork import soak
 from asyncfork import vm
@@ -310,3 +310,15 @@ def test_soak_exit_code_and_record(monkeypatch, tmp_path, capsys, memcg_out, rc)
     assert rec["args"]["argv"] == argv and rec["args"]["minutes"] == 120
     assert rec["forks"] == 290 * 2 + (290 if rc == 0 else 57)
     assert f"record {rec_file}" in capsys.readouterr().out
+
+
+def test_machine_says_how_tcg_ran_the_vcpus(monkeypatch):
+    # make test-deb and soak KERNEL=deb run TCG guests on one host thread
+    # (vm.run's tcg_single): their records must say so, and only theirs.
+    monkeypatch.setenv("ASYNC_FORK_ACCEL", "tcg")
+    assert results.machine(3, "4G", 2, "zram", tcg_single=True)["tcg_threads"] == "single"
+    assert results.machine(3, "4G", 2, "zram")["tcg_threads"] == "multi"
+    assert results.machine()["tcg_threads"] is None
+    monkeypatch.setenv("ASYNC_FORK_ACCEL", "kvm")
+    kvm = results.machine(3, "4G", 2, "zram", tcg_single=True)
+    assert kvm["accel"] == "kvm" and kvm["tcg_threads"] is None

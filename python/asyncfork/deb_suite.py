@@ -150,12 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     progs = [cfs_bandwidth_on()] + shipped_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-defaults",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
-                            keep_thp=True, root_fs="virtiofs")
+                            keep_thp=True, root_fs="virtiofs", tcg_single=True)
     boots["defaults"] = judge_boot("defaults", run, progs)
     progs = [cfs_bandwidth_on()] + walker_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-walkers",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
-                            keep_thp=True, root_fs="virtiofs")
+                            keep_thp=True, root_fs="virtiofs", tcg_single=True)
     boots["walkers"] = judge_boot("walkers", run, progs)
     finished = time.time()
     version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True,
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         **results.metadata("test-deb", kernels=[results.kernel(
             image=image, label=a.flavour, async_fork="set by each program")],
-            machine_info=soak.machine(a.cpus, a.memory, 2, "zram"), argv=argv, args=vars(a),
+            machine_info=soak.machine(a.cpus, a.memory, 2, "zram", tcg_single=True), argv=argv, args=vars(a),
             started=start),
         "package": deb.name,
         "package_version": version,

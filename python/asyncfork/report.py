@@ -97,6 +97,8 @@ def where_text(m: dict) -> str:
     if m["where"] == "native":
         return f"natively, {host}, {mc.get('host_memory_mb', '?')} MiB"
     accel = (mc.get("accel") or "?").upper()
+    if mc.get("tcg_threads") == "single":
+        accel += " (single-threaded)"
     numa = f", {mc['guest_numa_nodes']} NUMA nodes" if mc.get("guest_numa_nodes") else ""
     return (f"a QEMU guest under {accel}, {mc.get('guest_cpus', '?')} vCPUs, "
             f"{mc.get('guest_memory', '?')}{numa}, on a {host}")

@@ -136,11 +136,14 @@ def host() -> dict:
 
 
 def machine(cpus: int | None = None, memory: str | None = None, numa_nodes: int | None = None,
-            swap: str | None = None) -> dict:
+            swap: str | None = None, tcg_single: bool = False) -> dict:
     """The host and the guest (cpus None: a native run, no guest): the
-    record's "machine"."""
+    record's "machine"; tcg_threads says whether a TCG guest ran its
+    vCPUs on one host thread (vm.run's tcg_single) or one each."""
     guest = cpus is not None
-    return {**host(), "accel": ("kvm" if vm.kvm_usable() else "tcg") if guest else None,
+    tcg = guest and not vm.kvm_usable()
+    return {**host(), "accel": ("tcg" if tcg else "kvm") if guest else None,
+            "tcg_threads": ("single" if tcg_single else "multi") if tcg else None,
             "guest_cpus": cpus, "guest_memory": memory,
             "guest_memory_mb": vm.parse_size(memory) >> 20 if guest and memory else None,
             "guest_numa_nodes": numa_nodes, "guest_swap": swap}

@@ -256,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{snapshots} Redis snapshots per configuration, swap on {a.swap}; "
           f"results in {out}", flush=True)
     start = time.time()
-    extra = {"keep_thp": True, "root_fs": "virtiofs"} if packaged else {}
+    # Single-threaded TCG: see vm.run's tcg_single.
+    extra = ({"keep_thp": True, "root_fs": "virtiofs", "tcg_single": True}
+             if packaged else {})
     run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
                             numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor),
                             **extra)
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print("soak: guest swap:\n    " + swaps.read_text().strip().replace("\n", "\n    "))
     record = make_record(kernel_name=name, kernel_dir=kdir, run=run, progs=progs,
                          problems=problems, runs=runs, started=start, finished=finished,
-                         machine_info=machine(a.cpus, a.memory, 2, a.swap),
+                         machine_info=machine(a.cpus, a.memory, 2, a.swap, tcg_single=packaged),
                          argv=argv, args={**vars(a), "timeout_factor": factor,
                                           "seconds_per_program": seconds,
                                           "redis_snapshots": snapshots},

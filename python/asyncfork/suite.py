@@ -240,7 +240,8 @@ def read_programs(listfile: Path, bindir: Path, timeout: int) -> list[Program]:
 def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
               memory="4G", cpus=2, numa_nodes=2, boot_timeout=180,
               sysctls: dict[str, str] | None = None, swap: str = "zram",
-              keep_thp: bool = False, root_fs: str = "9p") -> SuiteRun:
+              keep_thp: bool = False, root_fs: str = "9p",
+              tcg_single: bool = False) -> SuiteRun:
     """Boot `kernel` once and run `programs` in it, in order, with swap on
     `swap` ("zram" or "loop": see tests/guest/run-suite.sh), and THP on
     madvise unless `keep_thp` (then as the kernel's config set it)."""
@@ -260,7 +261,7 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
     start = time.time()
     res = vm.run(kernel, cmd, memory=memory, cpus=cpus, numa_nodes=numa_nodes,
                  timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log",
-                 root_fs=root_fs)
+                 root_fs=root_fs, tcg_single=tcg_single)
     results = {}
     for p in programs:
         rc_file = outdir / f"{p.name}.rc"

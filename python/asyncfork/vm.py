@@ -246,7 +246,7 @@ def root_fs_args(root_fs: str) -> list[str]:
 def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         timeout: float = 600, numa_nodes: int = 1, rwdirs=(), append=(),
         log_path: Path | None = None, echo: bool | str = False,
-        root_fs: str = "9p") -> VMResult:
+        root_fs: str = "9p", tcg_single: bool = False) -> VMResult:
     """Boot `kernel` (an image or a build folder), run `command`, stop.
 
     The command runs as root with the host's root filesystem visible
@@ -256,6 +256,10 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     needs virtiofsd (the Rust one) on PATH or in BUILD/tools/bin.
     `echo` copies the console to stdout as it comes: all of it if True,
     only the lines that start with it if a string (progress lines).
+    `tcg_single` runs all vCPUs of a TCG guest on one host thread (no
+    effect under KVM): Debian's 6.12 kernels can oops with int3 at a
+    static-key site under multi-threaded TCG (docs/findings/
+    distro-kernel-test-deb.md, section 1).
     """
     mem = parse_size(memory)
     avail = host_available()
@@ -271,6 +275,8 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     tools = TOOLS
     if not kvm_usable():
         args.append("--disable-kvm")
+        if tcg_single:
+            args.append("--qemu-opts=-accel tcg,thread=single")
     if numa_nodes > 1:
         per = mem // numa_nodes >> 20
         if per * numa_nodes != mem >> 20:
