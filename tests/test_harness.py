@@ -59,6 +59,16 @@ def test_root_fs_choice(tmp_path, monkeypatch):
         vm.run(tmp_path, "true", root_fs="virtiofs")
 
 
+def test_accel_args(monkeypatch):
+    # Single-threaded TCG only where asked, and never under KVM.
+    monkeypatch.setenv("ASYNC_FORK_ACCEL", "tcg")
+    assert vm.accel_args() == ["--disable-kvm"]
+    assert vm.accel_args(tcg_single=True) == ["--disable-kvm",
+                                              "--qemu-opts=-accel tcg,thread=single"]
+    monkeypatch.setenv("ASYNC_FORK_ACCEL", "kvm")
+    assert vm.accel_args(tcg_single=True) == []
+
+
 def test_missing_kernel_image(tmp_path):
     with pytest.raises(vm.VMError, match="make kernel-debug"):
         vm.run(tmp_path, "true")

@@ -194,6 +194,15 @@ def kvm_usable() -> bool:
     return False
 
 
+def accel_args(tcg_single: bool = False) -> list[str]:
+    """vng's arguments for how the guest's CPUs run: KVM if usable, else
+    TCG, with every vCPU on one host thread if `tcg_single` (see run())."""
+    if kvm_usable():
+        return []
+    # One argument: vng would take a separate "-accel ..." for an option.
+    return ["--disable-kvm"] + (["--qemu-opts=-accel tcg,thread=single"] if tcg_single else [])
+
+
 def find_image(kernel: Path) -> Path:
     kernel = Path(kernel)
     img = kernel / "arch/x86/boot/bzImage" if kernel.is_dir() else kernel
@@ -273,10 +282,7 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
             "--cpus", str(cpus), "--verbose", "--user", "root"] + fs_args
     tools = TOOLS
-    if not kvm_usable():
-        args.append("--disable-kvm")
-        if tcg_single:
-            args.append("--qemu-opts=-accel tcg,thread=single")
+    args += accel_args(tcg_single)
     if numa_nodes > 1:
         per = mem // numa_nodes >> 20
         if per * numa_nodes != mem >> 20:
