@@ -201,12 +201,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-factor", type=float, default=None,
                     help="multiply program timeouts by this (default 2 for kasan, "
                          "3 for kcsan, else 1)")
+    ap.add_argument("--tcg-single", action=argparse.BooleanOptionalAction, default=None,
+                    help="under TCG, run every vCPU on one host thread (default: only "
+                         "with --kernel deb; QEMU 7.2's multi-threaded TCG can corrupt "
+                         "a static-key switch, see tests/repro/cfs_key_toggle.sh)")
     ap.add_argument("--record-dir", default=str(RECORD_DIR),
                     help="where the JSON record goes (default BUILD/results)")
     a = ap.parse_args(argv)
     if a.minutes <= 0:
         ap.error("--minutes must be positive")
     packaged = a.kernel == "deb"
+    tcg_single = packaged if a.tcg_single is None else a.tcg_single
     image = None
     if packaged:
         from asyncfork import deb_suite
@@ -257,11 +262,10 @@ def main(argv: list[str] | None = None) -> int:
           f"results in {out}", flush=True)
     start = time.time()
     # Single-threaded TCG: see vm.run's tcg_single.
-    extra = ({"keep_thp": True, "root_fs": "virtiofs", "tcg_single": True}
-             if packaged else {})
+    extra = {"keep_thp": True, "root_fs": "virtiofs"} if packaged else {}
     run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
                             numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor),
-                            **extra)
+                            tcg_single=tcg_single, **extra)
     finished = time.time()
     runs = fork_stress_runs(run, progs)
     problems = judge(run, progs, runs)
@@ -279,8 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         print("soak: guest swap:\n    " + swaps.read_text().strip().replace("\n", "\n    "))
     record = make_record(kernel_name=name, kernel_dir=kdir, run=run, progs=progs,
                          problems=problems, runs=runs, started=start, finished=finished,
-                         machine_info=machine(a.cpus, a.memory, 2, a.swap, tcg_single=packaged),
+                         machine_info=machine(a.cpus, a.memory, 2, a.swap, tcg_single=tcg_single),
                          argv=argv, args={**vars(a), "timeout_factor": factor,
+                                          "tcg_single": tcg_single,
                                           "seconds_per_program": seconds,
                                           "redis_snapshots": snapshots},
                          image=image)
