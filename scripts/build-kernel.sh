@@ -14,10 +14,9 @@
 # Result: BUILD_DIR/FLAVOUR/arch/x86/boot/bzImage and BUILD_DIR/FLAVOUR/kernelrelease;
 # with --config-only, only BUILD_DIR/FLAVOUR/.config (checked, nothing compiled).
 #
-# ARCH=arm64 (work in progress, issue 20): cross-compiled with
-# aarch64-linux-gnu-gcc (scripts/setup-arm64.sh installs it), with
-# kernel/configs/arm64.config merged last, into BUILD_DIR/arm64-FLAVOUR
-# (arch/arm64/boot/Image).  The source tree must hold the arm64 patch:
+# ARCH=arm64: cross-compiled with aarch64-linux-gnu-gcc
+# (scripts/setup-arm64.sh installs it), with kernel/configs/arm64.config
+# merged last, into BUILD_DIR/arm64-FLAVOUR (arch/arm64/boot/Image).
 # KSRC=/path/to/tree replaces BUILD_DIR/linux.
 set -euo pipefail
 
@@ -52,7 +51,7 @@ arm64|aarch64)
 	command -v aarch64-linux-gnu-gcc >/dev/null ||
 		die "ARCH=arm64: aarch64-linux-gnu-gcc not found: run scripts/setup-arm64.sh"
 	grep -q 'select ARCH_SUPPORTS_ASYNC_FORK' "$src/arch/arm64/Kconfig" ||
-		die "ARCH=arm64: $src has no arm64 Async-fork patch (kernel/arm64-wip)"
+		die "ARCH=arm64: $src has no arm64 Async-fork patch (kernel/patches/async-fork/0016): run make source"
 	fragments+=("$configs/arm64.config")
 	out=$build/arm64-$flavour
 	cross=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-)
