@@ -5,8 +5,7 @@
 #   make help           this list
 #   make all            the same as make help (so is plain make)
 #   make setup          install what the project needs: apt packages, .venv, the harness (SETUP_ARGS=--yes)
-#   make arm64-root     arm64 (WIP): cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
-#                       (then make kernel-lean ARCH=arm64 KSRC=tree: a tree with kernel/arm64-wip applied)
+#   make arm64-root     arm64: cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
 #   make source         unpack the kernel source and apply the series into $(BUILD)/linux
 #   make kernel-debug   build the debug guest kernel (correctness runs)
 #   make kernel-lean    build the lean guest kernel (benchmarks, demo)
@@ -18,6 +17,7 @@
 #   make bench-programs build the C load generators and micro-benchmarks into $(BUILD)/bench
 #   make check          the fast checks (under a minute): ruff, shellcheck, checkpatch, host-only tests
 #   make test           make check, then build the debug kernel and the tests, boot, run them
+#                       (ARCH=arm64: for an emulated arm64 guest, its programs, upstream mm selftests, off boot)
 #   make demo           build the lean kernel, snapshot Redis under load both ways (SERVER=, NATIVE=, DEMO_ARGS=)
 #   make bench          bench-fork, then bench-redis
 #   make bench-fork     fork() against memory size and copy threads (NATIVE=, BENCH_FORK_ARGS=)
@@ -39,7 +39,9 @@
 #   make distclean      remove $(BUILD) and .venv
 #
 # Variables: BUILD (default build; everything generated lands there, ignored
-# by git), KERNEL, NATIVE (1: on this machine, 0: in the VM, unset: native if
+# by git), ARCH (x86, the default, or arm64: kernel-*, selftests,
+# upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
+# $(BUILD)/arm64-*), KERNEL, NATIVE (1: on this machine, 0: in the VM, unset: native if
 # the running kernel has Async-fork), SERVER (redis or valkey), FLAVOUR,
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
@@ -66,6 +68,20 @@ GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-
 
 KSRC := $(BUILD)/linux
 
+# The guest architecture (ARCH= is the kernel's own variable, exported to
+# the scripts and the harness, which read it too).
+GUEST_ARCH := $(if $(filter arm64 aarch64,$(ARCH)),arm64,$(if $(filter-out x86 x86_64 amd64,$(ARCH)),bad,x86))
+ifeq ($(GUEST_ARCH),bad)
+$(error ARCH=$(ARCH) is not an architecture this project builds for (x86 or arm64))
+endif
+ARM64          := $(filter arm64,$(GUEST_ARCH))
+ARCH_DIR       := $(if $(ARM64),arm64-)
+ARCH_CC        := $(if $(ARM64),CC=aarch64-linux-gnu-gcc)
+# What make test runs in the guest: everything on x86; on arm64 the suite
+# boot (the project's programs, the upstream mm selftests) and the boot
+# with async_fork=off.
+TEST_FILES     := $(if $(ARM64),tests/test_selftests.py tests/test_upstream_mm.py tests/test_boot_off.py,tests)
+
 .PHONY: all setup arm64-root source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
 	test soak report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
@@ -89,14 +105,14 @@ kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan: kernel-%: source
 
 # The project's own kselftest programs, built against the prepared tree.
 selftests: source
-	@$(MAKE) -s -C tests/selftests KSRC=$(abspath $(KSRC)) OUT=$(abspath $(BUILD))/selftests
+	@$(MAKE) -s -C tests/selftests KSRC=$(abspath $(KSRC)) OUT=$(abspath $(BUILD))/$(ARCH_DIR)selftests $(ARCH_CC)
 
 # Upstream mm selftests from the prepared tree (they need its uapi headers).
 upstream-selftests: source
 	@scripts/build-upstream-selftests.sh $(BUILD)
 
 bench-programs:
-	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/bench
+	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/$(ARCH_DIR)bench $(ARCH_CC)
 
 demo: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) -m asyncfork.demo $(NATIVE_FLAG) --server $(SERVER) $(DEMO_ARGS)
@@ -121,8 +137,8 @@ check: source bench-programs
 	@shellcheck $(SHELL_SCRIPTS)
 	@$(PYTHON) -m pytest -q -p no:cacheprovider -m "not guest and not slow" tests
 
-test: check kernel-debug selftests upstream-selftests bench-programs
-	@$(PYTHON) -m pytest -m "guest or slow" tests $(PYTEST_ARGS)
+test: check $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests bench-programs
+	@$(PYTHON) -m pytest -m "guest or slow" $(TEST_FILES) $(PYTEST_ARGS)
 
 # KERNEL=deb: the package make deb built (FLAVOUR=), booted as make test-deb does.
 soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
@@ -132,7 +148,7 @@ soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
 report:
 	@$(PYTHON) -m asyncfork.report
 
-baseline: kernel-debug upstream-selftests
+baseline: $(if $(ARM64),arm64-root) kernel-debug upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
 
 check-series:
@@ -165,13 +181,14 @@ tools-deb:
 	@scripts/build-tools-deb.sh $(BUILD)
 
 vm: kernel-$(KERNEL)
-	@$(PYTHON) -m asyncfork.vm --kernel $(BUILD)/$(KERNEL) -- $(CMD)
+	@$(PYTHON) -m asyncfork.vm --kernel $(BUILD)/$(ARCH_DIR)$(KERNEL) -- $(CMD)
 
 .DEFAULT:
 	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
 
 clean:
 	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/kasan $(BUILD)/kcsan $(BUILD)/selftests $(BUILD)/results \
+		$(BUILD)/arm64-lean $(BUILD)/arm64-debug $(BUILD)/arm64-selftests $(BUILD)/arm64-upstream-mm \
 		$(BUILD)/debs $(BUILD)/tools-deb
 
 distclean:

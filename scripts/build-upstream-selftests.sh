@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Build the upstream mm selftests of the prepared tree against its own uapi
-# headers, into BUILD_DIR/upstream-mm.  Only the programs the project runs,
+# headers, into BUILD_DIR/upstream-mm (BUILD_DIR/arm64-upstream-mm with ARCH=arm64).  Only the programs the project runs,
 # and the series' own.
 #
 # Usage: build-upstream-selftests.sh BUILD_DIR
@@ -12,7 +12,17 @@ die() { echo "build-upstream-selftests: $*" >&2; exit 1; }
 [ $# -eq 1 ] || die "usage: build-upstream-selftests.sh BUILD_DIR"
 build=$(cd "$1" && pwd)
 src=$build/linux
-out=$build/upstream-mm
+# ARCH=arm64: cross-built with aarch64-linux-gnu-gcc, against arm64 headers.
+case "${ARCH:-x86}" in
+x86|x86_64|amd64) prefix='' cross=() ;;
+arm64|aarch64)
+	command -v aarch64-linux-gnu-gcc >/dev/null ||
+		die "ARCH=arm64: aarch64-linux-gnu-gcc not found: run 'make arm64-root'"
+	prefix=arm64- cross=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-) ;;
+*) die "unknown ARCH '$ARCH' (x86 or arm64)" ;;
+esac
+out=$build/${prefix}upstream-mm
+headers=$build/${prefix}headers
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
 
 # The programs of tests/upstream_mm.list: the first word of each line that
@@ -39,11 +49,11 @@ for p in "${progs[@]}"; do
 done
 progs=("${have[@]}")
 
-make -s -C "$src" O="$build/headers" headers >/dev/null
+make -s -C "$src" O="$headers" "${cross[@]}" headers >/dev/null
 # Re-detect optional libraries (liburing) each time, as a fresh tree would.
 rm -f "$src"/tools/testing/selftests/mm/local_config.*
 mkdir -p "$out"
-make -s -C "$src/tools/testing/selftests/mm" \
-	OUTPUT="$out" KHDR_INCLUDES="-isystem $build/headers/usr/include" \
+make -s -C "$src/tools/testing/selftests/mm" "${cross[@]}" \
+	OUTPUT="$out" KHDR_INCLUDES="-isystem $headers/usr/include" \
 	-j"$(nproc)" "${progs[@]/#/$out/}"
 echo "build-upstream-selftests: ${#progs[@]} programs in $out"

@@ -39,7 +39,8 @@ build=${build:-${BUILD:-build}}
 root=$build/arm64-root
 
 host_packages=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
-	       qemu-system-arm mmdebstrap qemu-user-static binfmt-support)
+	       qemu-system-arm mmdebstrap qemu-user-static binfmt-support
+	       liburing-dev:arm64 libhiredis-dev:arm64)
 # The guest: virtme-ng's bash init for a foreign architecture (virtme-init:
 # bash, util-linux, mount, udev, iproute2, busybox for udhcpc), the guest
 # tests (tests/guest/*.sh, python/asyncfork/suite.py: sysctl, free,
@@ -47,7 +48,7 @@ host_packages=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linu
 # check and the demo, and the libraries the mm selftests and the bench
 # programs link against.
 root_packages=(bash coreutils util-linux mount procps kmod udev iproute2 busybox
-	       python3 redis-server redis-tools stress-ng
+	       python3 python3-redis redis-server redis-tools stress-ng
 	       libnuma1 libcap2 liburing2 libhiredis0.14)
 read -r -a extra <<< "${ARM64_EXTRA_PACKAGES:-}"
 for p in "${extra[@]}"; do
@@ -64,6 +65,15 @@ sudo=
 [ "$(id -u)" -eq 0 ] || sudo=sudo
 [ -z "$sudo" ] || command -v sudo >/dev/null || die "not root and no sudo: run as root"
 
+# liburing-dev:arm64 (the upstream cow and gup_longterm selftests link
+# liburing when its header is found, as the host's is) and
+# libhiredis-dev:arm64 (the load generator) need arm64 added to dpkg's
+# architectures.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+	[ "$check" = 0 ] || die "dpkg has no arm64 architecture (dpkg --add-architecture arm64)"
+	step "dpkg: adding the arm64 architecture (for liburing-dev:arm64)"
+	$sudo dpkg --add-architecture arm64
+fi
 missing=()
 for p in "${host_packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -117,6 +127,9 @@ if ! $sudo mmdebstrap --arch=arm64 --variant=apt --include="$includes" \
 	$sudo rm -rf "$new"
 	die "mmdebstrap failed (last lines above, all of it in $log): a package that $suite/arm64 does not have ('Unable to locate package'), or no network?"
 fi
+# virtme-init ends the guest with "poweroff -f", which Debian's root has
+# only with systemd-sysv: busybox's does it.
+[ -e "$new/sbin/poweroff" ] || $sudo ln -s /bin/busybox "$new/sbin/poweroff"
 echo "$want" | $sudo tee "$new/etc/asyncfork-arm64-root" >/dev/null
 for bin in python3 redis-server stress-ng bash mount; do
 	[ -x "$new/usr/bin/$bin" ] || [ -x "$new/usr/sbin/$bin" ] || [ -x "$new/bin/$bin" ] ||

@@ -25,8 +25,9 @@ def module_command(module: str) -> list[str]:
 
 def pytest_addoption(parser):
     g = parser.getgroup("async-fork")
-    g.addoption("--kernel", default=str(BUILD / "debug"),
-                help="kernel build folder to test (default BUILD/debug)")
+    g.addoption("--kernel", default=str(paths.arch_dir("debug")),
+                help="kernel build folder to test (default BUILD/debug; "
+                     "BUILD/arm64-debug with ARCH=arm64)")
     g.addoption("--guest-memory", default="4G", help="guest memory (default 4G)")
     g.addoption("--guest-cpus", type=int, default=3,
                 help="guest CPUs (default 3: the migration test needs 2 threads besides its own)")

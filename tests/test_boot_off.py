@@ -11,14 +11,14 @@ import re
 import pytest
 
 from conftest import BUILD
-from asyncfork import vm
+from asyncfork import programs, vm
 
 OFF_LINE = "async_fork: off in this boot: async_fork=off"
 
 
 @pytest.mark.guest
 def test_async_fork_off_at_boot(kernel):
-    prog = BUILD / "selftests/async_fork"
+    prog = programs.SELFTESTS / "async_fork"
     if not prog.exists():
         pytest.fail(f"{prog} is not built: run 'make selftests'")
     res = vm.run(kernel, f"{prog} --expect-off", memory="1G", cpus=2, timeout=300,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncfork import suite
+from asyncfork import paths, suite
 from asyncfork import vm
 from conftest import BUILD, TOP
 
@@ -72,6 +72,58 @@ def test_accel_args(monkeypatch):
 def test_missing_kernel_image(tmp_path):
     with pytest.raises(vm.VMError, match="make kernel-debug"):
         vm.run(tmp_path, "true")
+
+
+def test_arch_names():
+    # make's ARCH= as the kernel spells it, or as Debian and uname do.
+    for value, want in (("", "x86"), ("x86", "x86"), ("x86_64", "x86"), ("amd64", "x86"),
+                        ("arm64", "arm64"), ("aarch64", "arm64")):
+        assert paths.arch({"ARCH": value}) == want
+    assert paths.arch({}) == "x86"
+    with pytest.raises(paths.ArchError, match="ARCH=sparc.*x86 or arm64"):
+        paths.arch({"ARCH": "sparc"})
+    assert paths.arch_dir("debug", Path("/b"), "x86") == Path("/b/debug")
+    assert paths.arch_dir("selftests", Path("/b"), "arm64") == Path("/b/arm64-selftests")
+
+
+def test_unknown_arch_is_refused():
+    err = one_line_error(sh("make", "-n", "test", "ARCH=sparc"))
+    assert "ARCH=sparc is not an architecture" in err
+    p = sh(sys.executable, "-c", "import asyncfork.vm", env={"ARCH": "sparc"})
+    assert "ARCH=sparc is not an architecture" in one_line_error(p)
+
+
+def test_arm64_guest_args(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths.platform, "machine", lambda: "x86_64")
+    assert vm.foreign("arm64") and not vm.foreign("x86")
+    assert vm.arch_args("x86", root=tmp_path) == []
+    with pytest.raises(vm.VMError, match="no arm64 root filesystem.*make arm64-root"):
+        vm.arch_args("arm64", root=tmp_path)
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/asyncfork-arm64-root").write_text("made\n")
+    args = vm.arch_args("arm64", root=tmp_path, shared=[Path("/work/x"), Path("/srv/b")])
+    assert args[:4] == ["--arch", "arm64", "--root", str(tmp_path)]
+    assert "--rwdir" in args and "/work/x=/work/x" in args and "/srv/b=/srv/b" in args
+    # The root is read-only to the guest: the mount points are made here.
+    assert (tmp_path / "work/x").is_dir() and (tmp_path / "srv/b").is_dir()
+    # An arm64 guest on an x86 host is emulated, whatever /dev/kvm says.
+    monkeypatch.setattr(vm, "ARCH", "arm64")
+    monkeypatch.setattr(paths, "ARCH", "arm64")
+    monkeypatch.setenv("ASYNC_FORK_ACCEL", "kvm")
+    assert not vm.kvm_usable()
+    assert vm.accel_args() == ["--disable-kvm"]
+    # Its commands run the root's python, told the architecture.
+    cmd = paths.python_command("redis_snapshot", "--x")
+    assert "/usr/bin/python3" in cmd and "ARCH=arm64" in cmd
+
+
+def test_arm64_kernel_image(tmp_path):
+    with pytest.raises(vm.VMError, match="make kernel-debug ARCH=arm64"):
+        vm.find_image(tmp_path, "arm64")
+    img = tmp_path / "arch/arm64/boot/Image"
+    img.parent.mkdir(parents=True)
+    img.write_bytes(b"")
+    assert vm.find_image(tmp_path, "arm64") == img
 
 
 def test_patch_that_does_not_apply(tmp_path):

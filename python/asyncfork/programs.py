@@ -11,9 +11,14 @@ import sys
 from pathlib import Path
 
 from asyncfork import suite
-from asyncfork.paths import BUILD, PYTHON_DIR, TOP
+from asyncfork import paths
+from asyncfork.paths import PYTHON_DIR, TOP, arch_dir
 
-SELFTESTS = BUILD / "selftests"
+SELFTESTS = arch_dir("selftests")
+UPSTREAM_MM = arch_dir("upstream-mm")
+# The guest's python: this one when the guest sees the host's root, the
+# root's own (with python3-redis) in a guest of another architecture.
+GUEST_PYTHON = "/usr/bin/python3" if paths.foreign() else os.path.abspath(sys.executable)
 UPSTREAM_TIMEOUT = 900
 
 
@@ -54,7 +59,7 @@ def stress_programs(seconds: int, redis_snapshots: int,
              "--timeout", f"{seconds}s", "--metrics-brief"])),
         suite.Program("redis_digest", 300 + 200 * redis_snapshots,
                         async_fork(2, 1) + shlex.join(
-                            ["env", f"PYTHONPATH={PYTHON_DIR}", os.path.abspath(sys.executable),
+                            ["env", f"PYTHONPATH={PYTHON_DIR}", GUEST_PYTHON,
                              str(TOP / "tests/guest/redis_digest.py"),
                              "--expect-async", "--snapshots", str(redis_snapshots),
                              "--keys", str(redis_keys)])),
@@ -81,7 +86,7 @@ def upstream_programs(mode: int = 2) -> list[suite.Program]:
     fork asynchronous) when testing, 0 when recording the baseline; the child
     copies alone (the default)."""
     progs = suite.read_programs(TOP / "tests/upstream_mm.list",
-                                  BUILD / "upstream-mm", UPSTREAM_TIMEOUT)
+                                  UPSTREAM_MM, UPSTREAM_TIMEOUT)
     for p in progs:
         p.command = async_fork(mode, 1) + p.command
     return progs

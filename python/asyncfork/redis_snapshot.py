@@ -50,7 +50,7 @@ from pathlib import Path
 import redis
 
 from asyncfork import attribution, loadgen, native, paths, redis_server
-from asyncfork.paths import BUILD
+from asyncfork.paths import arch_dir
 
 CGROUP_PATH = Path("/sys/fs/cgroup/redis-demo")
 CGROUP = CGROUP_PATH    # the same under SETTINGS.root; None: no cgroup (--no-cgroup)
@@ -563,7 +563,7 @@ def main(argv=None) -> int:
     SETTINGS = native.Settings(Path(a.root))
     CGROUP = None if a.no_cgroup else SETTINGS.path(CGROUP_PATH)
     out = Path(a.out)
-    bench = BUILD / "bench"
+    bench = arch_dir("bench")
     modes = a.modes.split(",")
     if any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
         fail(f"--modes: a list of distinct modes of {', '.join(MODES)}, not '{a.modes}'")

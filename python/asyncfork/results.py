@@ -20,8 +20,10 @@ the same for every kind (schema SCHEMA):
               set for it (vm.async_fork, or "absent" in a kernel without it)
   where       "vm" (a guest of that kernel) or "native" (this machine's kernel)
   machine     the host (CPU model, CPUs, memory, kernel, bare metal or a VM,
-              KVM or TCG) and the guest (vCPUs, memory, NUMA nodes, swap;
-              null natively)
+              KVM or TCG), the architecture that ran the kernel (arch, and
+              emulated_arch: a guest of another architecture than the
+              host's, ARCH=arm64 on x86) and the guest (vCPUs, memory, NUMA
+              nodes, swap; null natively)
   started     UTC, ISO 8601; seconds: how long the run took
   args        {argv: the command line, and every argument's value}
 
@@ -39,7 +41,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from asyncfork import vm
+from asyncfork import paths, vm
 from asyncfork.paths import TOP
 
 SCHEMA = 1
@@ -142,7 +144,10 @@ def machine(cpus: int | None = None, memory: str | None = None, numa_nodes: int 
     vCPUs on one host thread (vm.run's tcg_single) or one each."""
     guest = cpus is not None
     tcg = guest and not vm.kvm_usable()
-    return {**host(), "accel": ("tcg" if tcg else "kvm") if guest else None,
+    here = paths.ARCHES.get(platform.machine(), platform.machine())
+    return {**host(), "arch": paths.ARCH if guest else here,
+            "emulated_arch": guest and paths.ARCH != here,
+            "accel": ("tcg" if tcg else "kvm") if guest else None,
             "tcg_threads": ("single" if tcg_single else "multi") if tcg else None,
             "guest_cpus": cpus, "guest_memory": memory,
             "guest_memory_mb": vm.parse_size(memory) >> 20 if guest and memory else None,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from asyncfork import programs, results
 from asyncfork import suite as harness
-from asyncfork.paths import RESULTS
+from asyncfork.paths import BUILD, RESULTS
 from asyncfork.results import machine
 
 RECORD_DIR = RESULTS
@@ -179,7 +179,7 @@ def write_record(record: dict, outdir: Path, kernel_name: str, kind: str = "soak
 
 def kernel_dir(name: str) -> Path:
     """--kernel NAME is build/NAME; a value with a slash is a folder."""
-    return Path(name) if "/" in name else programs.BUILD / name
+    return Path(name) if "/" in name else BUILD / name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,13 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     image = None
     if packaged:
         from asyncfork import deb_suite
-        debs = programs.BUILD / "debs" / a.flavour
+        debs = BUILD / "debs" / a.flavour
         try:
             deb = deb_suite.find_package(debs)
         except SystemExit as e:
             print(f"soak: {e}", file=sys.stderr)
             return 2
-        image = deb_suite.unpack(deb, programs.BUILD / "test-deb" / a.flavour)
+        image = deb_suite.unpack(deb, BUILD / "test-deb" / a.flavour)
         kdir, name = image, f"deb-{a.flavour}"
     else:
         kdir = kernel_dir(a.kernel)
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         progs = ([deb_suite.cfs_bandwidth_on(), harness.Program("walkers_on", 60, f"{walkers} on")]
                  + [deb_suite.under_ksm(p) for p in progs]
                  + [harness.Program("walkers_check", 60, f"{walkers} check")])
-    out = programs.BUILD / "results/soak"
+    out = BUILD / "results/soak"
     print(f"soak: {name} kernel, {seconds} s per stress program, "
           f"{snapshots} Redis snapshots per configuration, swap on {a.swap}; "
           f"results in {out}", flush=True)

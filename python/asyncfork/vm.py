@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from asyncfork import entry
-from asyncfork.paths import BUILD, TOP
+from asyncfork import paths
+from asyncfork.paths import ARCH, BUILD, TOP, arch_dir
 
 
 # Lines that start a kernel report.  Each one fails a run, whatever the
@@ -181,7 +182,10 @@ def fit_place(on_machine: bool, have_mb: int) -> str:
 def kvm_usable() -> bool:
     """KVM only with hardware virtualization: on these machines /dev/kvm can
     exist without vmx/svm, and a guest started on it hangs silently.
-    ASYNC_FORK_ACCEL=kvm or tcg overrides the guess."""
+    ASYNC_FORK_ACCEL=kvm or tcg overrides the guess.  A guest of another
+    architecture (ARCH=arm64 on an x86 host) is always emulated."""
+    if foreign():
+        return False
     forced = os.environ.get("ASYNC_FORK_ACCEL")
     if forced in ("kvm", "tcg"):
         return forced == "kvm"
@@ -203,13 +207,43 @@ def accel_args(tcg_single: bool = False) -> list[str]:
     return ["--disable-kvm"] + (["--qemu-opts=-accel tcg,thread=single"] if tcg_single else [])
 
 
-def find_image(kernel: Path) -> Path:
+IMAGES = {"x86": "arch/x86/boot/bzImage", "arm64": "arch/arm64/boot/Image"}
+ARM64_ROOT = BUILD / "arm64-root"
+# QEMU's "max" CPU, with the cheaper pointer-authentication algorithm
+# (QARMA5 dominates the emulated CPU's time otherwise).
+ARM64_CPU = "-cpu max,pauth-impdef=on"
+
+
+def find_image(kernel: Path, guest_arch: str | None = None) -> Path:
+    guest_arch = guest_arch or ARCH
     kernel = Path(kernel)
-    img = kernel / "arch/x86/boot/bzImage" if kernel.is_dir() else kernel
+    img = kernel / IMAGES[guest_arch] if kernel.is_dir() else kernel
     if not img.is_file():
+        make_arch = "" if guest_arch == "x86" else f" ARCH={guest_arch}"
         raise VMError(f"no kernel image at {img}: build it first "
-                      f"(make kernel-debug or make kernel-lean)")
+                      f"(make kernel-debug{make_arch} or make kernel-lean{make_arch})")
     return img
+
+
+foreign = paths.foreign
+
+
+def arch_args(guest_arch: str, root: Path = ARM64_ROOT, shared=()) -> list[str]:
+    """vng's arguments for a guest of another architecture: emulated, on
+    the root filesystem of scripts/setup-arm64.sh, with the host folders
+    `shared` (the checkout, the build folder) mounted read-write at the
+    same paths, so that a guest command finds what the host built.  None
+    for the host's own architecture, whose guests see the host's root."""
+    if not foreign(guest_arch):
+        return []
+    if not (root / "etc/asyncfork-arm64-root").is_file():
+        raise VMError(f"no arm64 root filesystem in {root}: run 'make arm64-root'")
+    args = ["--arch", guest_arch, "--root", str(root), f"--qemu-opts={ARM64_CPU}"]
+    for d in shared:
+        # virtme-init mounts there; the root is read-only to the guest.
+        (root / Path(d).relative_to("/")).mkdir(parents=True, exist_ok=True)
+        args += ["--rwdir", f"{d}={d}"]
+    return args
 
 
 def kernel_release(kernel: Path) -> str:
@@ -282,6 +316,7 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
             "--cpus", str(cpus), "--verbose", "--user", "root"] + fs_args
     tools = TOOLS
+    args += arch_args(ARCH, shared=[TOP] + ([] if BUILD.is_relative_to(TOP) else [BUILD]))
     args += accel_args(tcg_single)
     if numa_nodes > 1:
         per = mem // numa_nodes >> 20
@@ -375,8 +410,9 @@ def _copy(src, log, echo):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kernel", default=str(BUILD / "debug"),
-                    help="kernel build folder or image (default: BUILD/debug)")
+    ap.add_argument("--kernel", default=str(arch_dir("debug")),
+                    help="kernel build folder or image (default: BUILD/debug, "
+                         "BUILD/arm64-debug with ARCH=arm64)")
     ap.add_argument("--memory", default="2G")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--numa", type=int, default=1, metavar="NODES")
