@@ -63,3 +63,19 @@ def test_loadgen_bad_arguments():
         r = run([str(loadgen)] + args, timeout=10)
         assert r.returncode == 2, (args, r.stderr)
         assert message in r.stderr, (args, r.stderr)
+
+
+def test_redis_bench_grid_is_every_size_with_every_client_count():
+    from argparse import Namespace
+
+    from asyncfork import redis_bench
+    one_at_a_time = redis_bench.configurations(Namespace(
+        sizes=[1024, 2048], set_ratios=[], clients=[1, 32], threads=[]))
+    assert [c["name"] for c in one_at_a_time] == [
+        "1024M-set80-c8-t1", "2048M-set80-c8-t1", "1024M-set80-c1-t1", "1024M-set80-c32-t1"]
+    grid = redis_bench.configurations(Namespace(
+        sizes=[1024, 2048, 4096], set_ratios=[0.2], clients=[1, 32], threads=[4], grid=True))
+    assert [(c["dataset_mb"], c["clients"]) for c in grid] == [
+        (1024, 1), (1024, 32), (2048, 1), (2048, 32), (4096, 1), (4096, 32)]
+    assert all(c["modes"] == "default,async" and c["threads"] == 1 and c["set_ratio"] == 0.8
+               for c in grid)

@@ -40,9 +40,16 @@ def numbers(text: str, kind, what: str) -> list:
 def configurations(a) -> list:
     """(name, asyncfork.redis_snapshot arguments, dataset MiB): the size sweep at
     the reference load, then the other parameters one at a time at the
-    smallest size (copy threads at the largest, Async-fork only)."""
+    smallest size (copy threads at the largest, Async-fork only).  With
+    --grid: every size with every client count of --clients, nothing else
+    (the snapshot-tail runs: 1, 2 and 4 GiB with 1 and 32 clients)."""
     ref = {"dataset_mb": a.sizes[0], "set_ratio": 0.8, "clients": 8, "threads": 1,
            "modes": "default,async"}
+    if getattr(a, "grid", False):
+        cfgs = [dict(ref, dataset_mb=s, clients=c) for s in a.sizes for c in a.clients]
+        for c in cfgs:
+            c["name"] = f"{c['dataset_mb']}M-set80-c{c['clients']}-t1"
+        return cfgs
     cfgs = [dict(ref, dataset_mb=s) for s in a.sizes]
     cfgs += [dict(ref, set_ratio=x) for x in a.set_ratios if x != ref["set_ratio"]]
     cfgs += [dict(ref, clients=c) for c in a.clients if c != ref["clients"]]
@@ -65,6 +72,9 @@ def main(argv=None) -> int:
     ap.add_argument("--set-ratios", default="0.2,1.0", help="SET ratios besides 0.8")
     ap.add_argument("--clients", default="1,32", help="client counts besides 8")
     ap.add_argument("--threads", default="2,4", help="copy threads besides 1")
+    ap.add_argument("--grid", action="store_true",
+                    help="every size with every client count of --clients, at SET "
+                    "ratio 0.8 and one copy thread, instead of one parameter at a time")
     ap.add_argument("--rate", type=int, default=demo.DEFAULT_RATE)
     ap.add_argument("--out", help="the run's files (default BUILD/results/SERVER-bench)")
     results.add_record_dir(ap)
