@@ -14,7 +14,9 @@ build=$(cd "$1" && pwd)
 src=$build/linux
 # ARCH=arm64: cross-built with aarch64-linux-gnu-gcc, against arm64 headers.
 case "${ARCH:-x86}" in
-x86|x86_64|amd64) prefix='' cross=() ;;
+# x86_64, as the selftests' Makefile derives it from uname when ARCH is
+# unset (ARCH=x86 there would drop its -no-pie).
+x86|x86_64) prefix='' cross=(ARCH=x86_64) ;;
 arm64|aarch64)
 	command -v aarch64-linux-gnu-gcc >/dev/null ||
 		die "ARCH=arm64: aarch64-linux-gnu-gcc not found: run 'make arm64-root'"

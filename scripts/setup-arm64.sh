@@ -40,7 +40,7 @@ root=$build/arm64-root
 
 host_packages=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
 	       qemu-system-arm mmdebstrap qemu-user-static binfmt-support
-	       liburing-dev:arm64 libhiredis-dev:arm64)
+	       liburing-dev:arm64 libhiredis-dev:arm64 libnuma-dev:arm64)
 # The guest: virtme-ng's bash init for a foreign architecture (virtme-init:
 # bash, util-linux, mount, udev, iproute2, busybox for udhcpc), the guest
 # tests (tests/guest/*.sh, python/asyncfork/suite.py: sysctl, free,
@@ -66,9 +66,9 @@ sudo=
 [ -z "$sudo" ] || command -v sudo >/dev/null || die "not root and no sudo: run as root"
 
 # liburing-dev:arm64 (the upstream cow and gup_longterm selftests link
-# liburing when its header is found, as the host's is) and
-# libhiredis-dev:arm64 (the load generator) need arm64 added to dpkg's
-# architectures.
+# liburing when its header is found, as the host's is), libnuma-dev:arm64
+# (the migration selftest) and libhiredis-dev:arm64 (the load generator)
+# need arm64 added to dpkg's architectures.
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 	[ "$check" = 0 ] || die "dpkg has no arm64 architecture (dpkg --add-architecture arm64)"
 	step "dpkg: adding the arm64 architecture (for liburing-dev:arm64)"
@@ -108,7 +108,13 @@ fi
 # The root is remade only if its package list, suite or mirror changed.
 want="suite=$suite mirror=$mirror packages=${root_packages[*]}"
 stamp=$root/etc/asyncfork-arm64-root
+# The harness mounts the checkout and the build folder at their host paths:
+# their mount points, made here because the guest's root is read-only.
+mount_points() {
+	$sudo mkdir -p "$1$top" "$1$(cd "$build" && pwd)"
+}
 if [ -r "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+	[ "$check" = 1 ] || mount_points "$root"
 	step "arm64 root: $root up to date ($(du -sh "$root" 2>/dev/null | cut -f1))"
 	exit 0
 fi
@@ -130,6 +136,7 @@ fi
 # virtme-init ends the guest with "poweroff -f", which Debian's root has
 # only with systemd-sysv: busybox's does it.
 [ -e "$new/sbin/poweroff" ] || $sudo ln -s /bin/busybox "$new/sbin/poweroff"
+mount_points "$new"
 echo "$want" | $sudo tee "$new/etc/asyncfork-arm64-root" >/dev/null
 for bin in python3 redis-server stress-ng bash mount; do
 	[ -x "$new/usr/bin/$bin" ] || [ -x "$new/usr/sbin/$bin" ] || [ -x "$new/bin/$bin" ] ||

@@ -75,13 +75,15 @@ def test_missing_kernel_image(tmp_path):
 
 
 def test_arch_names():
-    # make's ARCH= as the kernel spells it, or as Debian and uname do.
-    for value, want in (("", "x86"), ("x86", "x86"), ("x86_64", "x86"), ("amd64", "x86"),
+    # make's ARCH= as the kernel's build accepts it, or as uname says.
+    for value, want in (("", "x86"), ("x86", "x86"), ("x86_64", "x86"),
                         ("arm64", "arm64"), ("aarch64", "arm64")):
         assert paths.arch({"ARCH": value}) == want
     assert paths.arch({}) == "x86"
-    with pytest.raises(paths.ArchError, match="ARCH=sparc.*x86 or arm64"):
-        paths.arch({"ARCH": "sparc"})
+    # Debian's name is no kernel ARCH: kbuild would fail on it later.
+    for bad in ("sparc", "amd64"):
+        with pytest.raises(paths.ArchError, match=f"ARCH={bad}.*x86 or arm64"):
+            paths.arch({"ARCH": bad})
     assert paths.arch_dir("debug", Path("/b"), "x86") == Path("/b/debug")
     assert paths.arch_dir("selftests", Path("/b"), "arm64") == Path("/b/arm64-selftests")
 
@@ -115,6 +117,49 @@ def test_arm64_guest_args(tmp_path, monkeypatch):
     # Its commands run the root's python, told the architecture.
     cmd = paths.python_command("redis_snapshot", "--x")
     assert "/usr/bin/python3" in cmd and "ARCH=arm64" in cmd
+
+
+def test_arm64_guest_is_never_native(monkeypatch):
+    from asyncfork import native
+    monkeypatch.setattr(paths.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(paths, "ARCH", "arm64")
+    with pytest.raises(native.Unavailable, match="ARCH=arm64 runs in an emulated arm64 guest"):
+        native.choose("native", env={})
+    with pytest.raises(native.Unavailable, match="NATIVE=1"):
+        native.choose(None, env={"NATIVE": "1"})
+    on_machine, why = native.choose(None, env={})
+    assert not on_machine and "emulated" in why
+
+
+def test_arm64_results_folders_are_mounted_at_their_paths(tmp_path, monkeypatch):
+    # virtme would place a bare --rwdir relative to the arm64 root (and
+    # refuse one outside it): a guest of another architecture gets
+    # HOST=HOST, and its command starts in the checkout.
+    monkeypatch.setattr(paths.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(paths, "ARCH", "arm64")
+    monkeypatch.setattr(vm, "ARCH", "arm64")
+    monkeypatch.setattr(vm, "check_root", lambda: None)
+    monkeypatch.setattr(vm, "find_image", lambda k: tmp_path / "Image")
+    monkeypatch.setattr(vm, "ARM64_ROOT", tmp_path / "root")
+    (tmp_path / "root/etc").mkdir(parents=True)
+    (tmp_path / "root/etc/asyncfork-arm64-root").write_text("made\n")
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def popen(args, **kw):
+        seen["args"] = args
+        script = Path(args[args.index("--exec") + 1].split()[1])
+        seen["script"] = script.read_text()
+        script.unlink()
+        raise Stop
+    monkeypatch.setattr(vm.subprocess, "Popen", popen)
+    with pytest.raises(Stop):
+        vm.run(tmp_path, "true", memory="1G", rwdirs=[tmp_path / "out"])
+    assert f"{tmp_path}/out={tmp_path}/out" in seen["args"]
+    assert "--root" in seen["args"] and str(tmp_path / "root") in seen["args"]
+    assert seen["script"].startswith(f"cd {TOP} || exit 1\n")
 
 
 def test_arm64_kernel_image(tmp_path):

@@ -23,6 +23,10 @@ _recorded: dict[str, list] = {}
 
 
 def load_baseline() -> dict[str, dict[str, str]]:
+    if not BASELINE.exists():
+        arch = "" if paths.ARCH == "x86" else f" ARCH={paths.ARCH}"
+        pytest.fail(f"no baseline {BASELINE.relative_to(TOP)}: record it with "
+                    f"'make baseline{arch}' (Async-fork off, same kernel)", pytrace=False)
     base: dict[str, dict[str, str]] = {}
     for line in BASELINE.read_text().splitlines():
         if not line or line.startswith("#"):
@@ -44,7 +48,8 @@ def test_upstream_mm(guest, name, request):
         _recorded["kernelrelease"] = guest.kernelrelease
         return
     base = load_baseline().get(name)
-    assert base, f"{name} has no baseline: run 'make baseline' on the unpatched kernel"
+    assert base, (f"{name} has no baseline in {BASELINE.name}: run 'make baseline"
+                  f"{'' if paths.ARCH == 'x86' else ' ARCH=' + paths.ARCH}'")
     now = {c.name: c.status for c in r.cases}
     lost = [c for c, st in base.items() if st == "pass" and now.get(c) != "pass"]
     assert not lost, (f"{name}: {len(lost)} baseline cases no longer pass:\n" +

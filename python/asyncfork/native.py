@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import vm
+from asyncfork import paths, vm
 
 ASYNC_FORK = "proc/sys/vm/async_fork"       # relative to the root
 PACKAGE = "linux-image-6.12.N-asyncfork-cloud-amd64 (or -amd64, from make deb)"
@@ -58,6 +58,12 @@ def choose(flag: str | None = None, env=None, root: Path = Path("/"),
     forced = {"native": "--native", "vm": "--vm"}.get(flag or "") or \
         (f"NATIVE={setting}" if setting else None)
     want = {"native": True, "vm": False}.get(flag or "", {"1": True, "0": False}.get(setting))
+    if paths.foreign():
+        if want:
+            raise Unavailable(f"{forced}: ARCH={paths.ARCH} runs in an emulated {paths.ARCH} "
+                              f"guest on this {os.uname().machine} machine; a native run is "
+                              f"for a machine of that architecture. Nothing was changed.")
+        return False, f"mode: VM (ARCH={paths.ARCH}: an emulated guest)"
     present = has_async_fork(root)
     if want is False:
         return False, (f"mode: VM ({forced}; the running kernel, {release}, "

@@ -36,8 +36,7 @@ class ArchError(Exception):
     """An ARCH= that the harness does not know."""
 
 
-ARCHES = {"": "x86", "x86": "x86", "x86_64": "x86", "amd64": "x86",
-          "arm64": "arm64", "aarch64": "arm64"}
+ARCHES = {"": "x86", "x86": "x86", "x86_64": "x86", "arm64": "arm64", "aarch64": "arm64"}
 
 
 def arch(env=None) -> str:

@@ -228,7 +228,7 @@ def find_image(kernel: Path, guest_arch: str | None = None) -> Path:
 foreign = paths.foreign
 
 
-def arch_args(guest_arch: str, root: Path = ARM64_ROOT, shared=()) -> list[str]:
+def arch_args(guest_arch: str, root: Path | None = None, shared=()) -> list[str]:
     """vng's arguments for a guest of another architecture: emulated, on
     the root filesystem of scripts/setup-arm64.sh, with the host folders
     `shared` (the checkout, the build folder) mounted read-write at the
@@ -236,14 +236,30 @@ def arch_args(guest_arch: str, root: Path = ARM64_ROOT, shared=()) -> list[str]:
     for the host's own architecture, whose guests see the host's root."""
     if not foreign(guest_arch):
         return []
+    root = ARM64_ROOT if root is None else root
     if not (root / "etc/asyncfork-arm64-root").is_file():
-        raise VMError(f"no arm64 root filesystem in {root}: run 'make arm64-root'")
+        raise VMError(f"no arm64 root filesystem in {root}: run 'make arm64-root ARCH=arm64'")
     args = ["--arch", guest_arch, "--root", str(root), f"--qemu-opts={ARM64_CPU}"]
     for d in shared:
         # virtme-init mounts there; the root is read-only to the guest.
-        (root / Path(d).relative_to("/")).mkdir(parents=True, exist_ok=True)
+        try:
+            (root / Path(d).relative_to("/")).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise VMError(f"cannot make the mount point of {d} in {root} ({e.strerror}): "
+                          f"run 'make arm64-root' as the user who made the root") from None
         args += ["--rwdir", f"{d}={d}"]
     return args
+
+
+def check_root(build: Path = BUILD) -> None:
+    """Raises VMError unless scripts/setup-arm64.sh --check finds the arm64
+    root as it would make it now (a root made from an older package list
+    lacks what the harness runs there)."""
+    p = subprocess.run([str(TOP / "scripts/setup-arm64.sh"), "--check", str(build)],
+                       capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or ["setup-arm64.sh --check failed"])[-1]
+        raise VMError(f"{why.removeprefix('setup-arm64: ')}: run 'make arm64-root'")
 
 
 def kernel_release(kernel: Path) -> str:
@@ -316,6 +332,8 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     args = [vng_binary(), "--run", str(image), "--memory", f"{mem >> 20}M",
             "--cpus", str(cpus), "--verbose", "--user", "root"] + fs_args
     tools = TOOLS
+    if foreign():
+        check_root()
     args += arch_args(ARCH, shared=[TOP] + ([] if BUILD.is_relative_to(TOP) else [BUILD]))
     args += accel_args(tcg_single)
     if numa_nodes > 1:
@@ -330,7 +348,8 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
             last = max(first, (n + 1) * cpus // numa_nodes - 1)
             args += ["--numa", f"{per}M,cpus={first}-{last}"]
     for d in rwdirs:
-        args += ["--rwdir", str(d)]
+        # Another architecture's root is not /: say where the guest sees it.
+        args += ["--rwdir", f"{d}={d}" if foreign() else str(d)]
     for a in append:
         args += ["--append", a]
     # The command reaches the guest through the kernel command line, which
@@ -339,7 +358,9 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     script_dir.mkdir(parents=True, exist_ok=True)
     fd, script = tempfile.mkstemp(prefix="cmd-", suffix=".sh", dir=script_dir)
     with os.fdopen(fd, "w") as f:
-        f.write(command + "\n")
+        # vng starts an x86 guest's command in the host's directory, another
+        # architecture's in its root's /: start both in the checkout.
+        f.write((f"cd {shlex.quote(str(TOP))} || exit 1\n" if foreign() else "") + command + "\n")
     args += ["--exec", f"bash {script}"]
 
     if log_path is None:
