@@ -30,7 +30,8 @@
 #   make kernel-git     a kernel git tree to edit the series in ($(KGIT)): the tarball, then git am
 #   make export-series  that tree back into kernel/patches, with cover letters, base-commit, recipients
 #   make vm CMD='...'   boot the $(KERNEL) kernel (default debug) and run one command in it
-#   make deb            kernel packages from Debian's config (FLAVOUR=cloud-amd64 or amd64, DEB_DBG=0; hours)
+#   make deb            kernel packages from Debian's config (FLAVOUR=cloud-amd64 or amd64, ARCH=arm64:
+#                       cloud-arm64 or arm64, cross-built; DEB_DBG=0; hours)
 #   make deb-config     only the packaged kernel's .config, checked against Debian's
 #   make test-deb       boot the package make deb built and run the snapshot tests on it (~1 h)
 #   make tools-deb      only the async-fork-tools package (seconds)
@@ -58,7 +59,7 @@ export ASYNCFORK_BUILD := $(abspath $(BUILD))
 PYTEST_ARGS    ?=
 SOAK_MINUTES   ?= 30
 SOAK_ARGS      ?=
-FLAVOUR        ?= cloud-amd64
+FLAVOUR        ?= $(if $(ARM64),cloud-arm64,cloud-amd64)
 KERNEL         ?= debug
 NATIVE         ?=
 SERVER         ?= redis
@@ -168,11 +169,10 @@ kernel-git:
 export-series:
 	@scripts/export-series.sh $(KGIT)
 
-deb: source tools-deb
-	@$(X86_ONLY)
+deb: source tools-deb $(if $(ARM64),arm64-root)
 	@scripts/build-deb.sh $(FLAVOUR) $(BUILD)
 
-deb-config: source
+deb-config: source $(if $(ARM64),arm64-root)
 	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
 
 test-deb: selftests virtiofsd

@@ -7,7 +7,11 @@
 # Usage: build-deb.sh [--config-only] FLAVOUR BUILD_DIR
 #        build-deb.sh --print-changes FLAVOUR
 #
-#   FLAVOUR        cloud-amd64 (what 'make deb' builds by default) or amd64
+#   FLAVOUR        cloud-amd64 (what 'make deb' builds by default) or amd64;
+#                  cloud-arm64 (make deb ARCH=arm64) or arm64, cross-built with
+#                  Debian's aarch64-linux-gnu-gcc-12 from the configs of
+#                  linux-config-6.12:arm64, which scripts/setup-arm64.sh
+#                  fetches into BUILD_DIR/linux-config-arm64
 #   BUILD_DIR      holds the prepared tree BUILD_DIR/linux (prepare-source.sh);
 #                  the build goes to BUILD_DIR/deb-FLAVOUR (kept: a second run
 #                  resumes or rebuilds only what changed), the packages to
@@ -23,7 +27,7 @@
 #                  ~/.cache/ccache-deb): Debian's config with debug info
 #                  fills gigabytes and would evict the guest kernels' cache
 #
-# Result: BUILD_DIR/debs/FLAVOUR/linux-image-RELEASE_VERSION_amd64.deb and
+# Result: BUILD_DIR/debs/FLAVOUR/linux-image-RELEASE_VERSION_ARCH.deb and
 # linux-headers-RELEASE_..., plus linux-image-RELEASE-dbg_... unless DEB_DBG=0.
 # RELEASE is 6.12.N-asyncfork-FLAVOUR; VERSION is 6.12.N-1+asyncfork.C.D, where
 # C.D names this repository's commit (scripts/deb-version.sh).  kbuild's
@@ -50,7 +54,8 @@
 set -euo pipefail
 
 die() { echo "build-deb: $*" >&2; exit 1; }
-usage() { die "usage: build-deb.sh [--config-only] cloud-amd64|amd64 BUILD_DIR | --print-changes FLAVOUR"; }
+usage() { die "usage: build-deb.sh [--config-only] FLAVOUR BUILD_DIR | --print-changes FLAVOUR (FLAVOUR: cloud-amd64, amd64, cloud-arm64, arm64)"; }
+flavours="cloud-amd64, amd64, cloud-arm64 or arm64"
 
 # What the packaged config changes from Debian's, and nothing else: the
 # check after olddefconfig and the one of the packaged config refuse any
@@ -59,7 +64,8 @@ changes() {
 	cat <<-EOF
 	# The point of the packages.
 	CONFIG_ASYNC_FORK=y
-	# Selected by x86 in the patched tree: a new symbol, not in Debian's config.
+	# Selected by x86 and arm64 in the patched tree: a new symbol, not in
+	# Debian's config.
 	CONFIG_ARCH_SUPPORTS_ASYNC_FORK=y
 	# Release 6.12.N-asyncfork-$1: the tree's localversion-asyncfork file adds
 	# "-asyncfork", this adds the flavour, as Debian's own releases end in it.
@@ -79,7 +85,7 @@ config_only=0
 case "${1:-}" in
 --print-changes)
 	[ $# -eq 2 ] || usage
-	case "$2" in cloud-amd64|amd64) ;; *) die "unknown flavour '$2' (use cloud-amd64 or amd64)" ;; esac
+	case "$2" in cloud-amd64|amd64|cloud-arm64|arm64) ;; *) die "unknown flavour '$2' (use $flavours)" ;; esac
 	changes "$2"
 	exit 0 ;;
 --config-only)
@@ -88,8 +94,14 @@ esac
 [ $# -eq 2 ] || usage
 flavour=$1
 case "$flavour" in
-cloud-amd64|amd64) ;;
-*) die "unknown flavour '$flavour' (use cloud-amd64 or amd64)" ;;
+cloud-amd64|amd64) debarch=amd64 ;;
+cloud-arm64|arm64) debarch=arm64 ;;
+*) die "unknown flavour '$flavour' (use $flavours)" ;;
+esac
+# make's ARCH= (exported) must agree with the flavour: kbuild reads it too.
+case "$debarch:${ARCH:-}" in
+amd64:|amd64:x86|amd64:x86_64|arm64:arm64|arm64:aarch64|arm64:) ;;
+*) die "FLAVOUR=$flavour is not for ARCH=${ARCH:-}: use ARCH=arm64 with cloud-arm64 or arm64, none or x86 with cloud-amd64 or amd64" ;;
 esac
 [ -d "$2" ] || die "$2 does not exist: run 'make source' first"
 build=$(cd "$2" && pwd)
@@ -97,13 +109,26 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 src=$build/linux
 out=$build/deb-$flavour
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
-debcfg=/usr/src/linux-config-6.12/config.amd64_none_$flavour.xz
-[ -r "$debcfg" ] || die "$debcfg not found: run scripts/setup.sh (installs linux-config-6.12)"
-
-# Debian's config must come from the same point release as the source.
 kver=$(make -s -C "$src" kernelversion)
-cfgver=$(dpkg-query -W -f='${Version}' linux-config-6.12 2>/dev/null) ||
-	die "linux-config-6.12 is not installed: run scripts/setup.sh"
+if [ "$debarch" = amd64 ]; then
+	debcfg=/usr/src/linux-config-6.12/config.amd64_none_$flavour.xz
+	[ -r "$debcfg" ] || die "$debcfg not found: run scripts/setup.sh (installs linux-config-6.12)"
+	cfgver=$(dpkg-query -W -f='${Version}' linux-config-6.12 2>/dev/null) ||
+		die "linux-config-6.12 is not installed: run scripts/setup.sh"
+	cross=()
+else
+	# Not installed beside the amd64 package (same paths): unpacked.
+	cfgdir=$build/linux-config-arm64
+	debcfg=$cfgdir/usr/src/linux-config-6.12/config.arm64_none_$flavour.xz
+	[ -r "$debcfg" ] || die "$debcfg not found: run 'make arm64-root' (fetches linux-config-6.12:arm64)"
+	cfgver=$(cat "$cfgdir/version")
+	# The compat vDSO (COMPAT_VDSO=y in Debian's configs) needs the 32-bit
+	# compiler, as in Debian's build.
+	command -v arm-linux-gnueabihf-gcc >/dev/null ||
+		die "arm-linux-gnueabihf-gcc not found: run 'make arm64-root' (installs gcc-arm-linux-gnueabihf)"
+	cross=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- CROSS_COMPILE_COMPAT=arm-linux-gnueabihf-)
+fi
+# Debian's config must come from the same point release as the source.
 [ "${cfgver%%-*}" = "$kver" ] ||
 	die "Debian's config is from $cfgver but the prepared source is $kver: install the same version of linux-config-6.12 and linux-source-6.12 (apt-get install linux-config-6.12=V linux-source-6.12=V), then 'make source'"
 
@@ -120,7 +145,12 @@ command -v "$compiler" >/dev/null ||
 	die "Debian built this config with $compiler ($cc_text): install it (the gcc-N package of that name)"
 cc=$compiler
 command -v ccache >/dev/null && cc="ccache $compiler"
-kvars=(CC="$cc" HOSTCC="$cc")
+# HOSTCC: the same gcc for the build machine (cross: its native gcc-N).
+hostcc=$compiler
+[ "$debarch" = amd64 ] || hostcc=gcc-${compiler##*-}
+command -v "$hostcc" >/dev/null || die "$hostcc not found: install it"
+command -v ccache >/dev/null && hostcc="ccache $hostcc"
+kvars=("${cross[@]}" CC="$cc" HOSTCC="$hostcc")
 # Debian's config was made without a Rust toolchain: keep one on this
 # machine from changing the RUSTC_* symbols.
 if grep -qx 'CONFIG_RUSTC_VERSION=0' "$debian_config"; then
@@ -163,7 +193,9 @@ if cmp -s "$out/$new" "$out/.config"; then
 else
 	mv "$out/$new" "$out/.config"
 fi
-grep -qx 'CONFIG_XEN_PV=y' "$out/.config" || die "CONFIG_XEN_PV=y is not in $out/.config"
+# Both amd64 flavours run as Xen PV guests, where Async-fork stays off.
+[ "$debarch" = arm64 ] || grep -qx 'CONFIG_XEN_PV=y' "$out/.config" ||
+	die "CONFIG_XEN_PV=y is not in $out/.config"
 [ "$config_only" = 0 ] || { echo "build-deb: $out/.config"; exit 0; }
 
 # The build.
@@ -174,8 +206,14 @@ done
 # which dpkg-buildpackage checks only once the build has started, and what
 # this build needs besides: pahole for BTF, openssl for the signing key,
 # xz for Debian's module compression.
-builddeps="debhelper-compat (= 12), bc, bison, cpio, flex, gcc-x86-64-linux-gnu,
-	kmod, libelf-dev, libssl-dev, rsync, pahole, python3, openssl, xz-utils"
+builddeps="debhelper-compat (= 12), bc, bison, cpio, flex, kmod, libelf-dev, libssl-dev,
+	rsync, pahole, python3, openssl, xz-utils"
+if [ "$debarch" = amd64 ]; then
+	builddeps+=", gcc-x86-64-linux-gnu"
+else
+	# Cross: the headers package's host programs are built for arm64.
+	builddeps+=", gcc-aarch64-linux-gnu, libssl-dev:arm64"
+fi
 control=$(mktemp)
 printf 'Source: linux-upstream\n\nPackage: linux-image\nArchitecture: any\n' > "$control"
 if ! deps=$(dpkg-checkbuilddeps -B -d "$builddeps" "$control" 2>&1); then
@@ -188,7 +226,7 @@ jobs=${DEB_JOBS:-$(nproc)}
 extra=()
 [ "${DEB_DBG:-1}" = 1 ] || extra+=(DPKG_FLAGS=-Ppkg.linux-upstream.nokerneldbg)
 need_gb=30
-[ "$flavour" = amd64 ] && need_gb=80
+[ "$flavour" = amd64 ] || [ "$flavour" = arm64 ] && need_gb=80
 free_gb=$(df -P --block-size=1G "$build" | awk 'NR == 2 { print $4 }')
 [ "$free_gb" -ge "$need_gb" ] ||
 	echo "build-deb: warning: $free_gb GB free in $build; a $flavour build with debug info may need about $need_gb GB (a rough figure)" >&2
@@ -226,7 +264,7 @@ mv "${produced[@]}" "$dest"/
 mv "$dest"/linux-libc-dev_*.deb "$dest"/extra/ 2>/dev/null || true
 
 # What was packaged is what was checked: config, image, modules, signatures, BTF.
-image=$dest/linux-image-${release}_${pkgver}_amd64.deb
+image=$dest/linux-image-${release}_${pkgver}_${debarch}.deb
 [ -f "$image" ] || die "no $image"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

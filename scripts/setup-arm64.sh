@@ -40,7 +40,8 @@ root=$build/arm64-root
 
 host_packages=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
 	       qemu-system-arm mmdebstrap qemu-user-static binfmt-support
-	       liburing-dev:arm64 libhiredis-dev:arm64 libnuma-dev:arm64)
+	       liburing-dev:arm64 libhiredis-dev:arm64 libnuma-dev:arm64
+	       gcc-arm-linux-gnueabihf)
 # The guest: virtme-ng's bash init for a foreign architecture (virtme-init:
 # bash, util-linux, mount, udev, iproute2, busybox for udhcpc), the guest
 # tests (tests/guest/*.sh, python/asyncfork/suite.py: sysctl, free,
@@ -68,7 +69,8 @@ sudo=
 # liburing-dev:arm64 (the upstream cow and gup_longterm selftests link
 # liburing when its header is found, as the host's is), libnuma-dev:arm64
 # (the migration selftest) and libhiredis-dev:arm64 (the load generator)
-# need arm64 added to dpkg's architectures.
+# need arm64 added to dpkg's architectures.  gcc-arm-linux-gnueabihf builds
+# the 32-bit compat vDSO that Debian's arm64 configs have (make deb ARCH=arm64).
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 	[ "$check" = 0 ] || die "dpkg has no arm64 architecture (dpkg --add-architecture arm64)"
 	step "dpkg: adding the arm64 architecture (for liburing-dev:arm64)"
@@ -86,6 +88,30 @@ if [ ${#missing[@]} -gt 0 ]; then
 		die "apt-get install ${missing[*]} failed (is this Debian 12 with its main repository?)"
 else
 	step "apt: all ${#host_packages[@]} host packages present"
+fi
+
+# Debian's arm64 kernel configs (make deb ARCH=arm64): linux-config-6.12:arm64
+# of the version of the amd64 one, unpacked into BUILD/linux-config-arm64
+# (installing it would clash with the amd64 package's files).
+cfgdir=$build/linux-config-arm64
+cfgver=$(dpkg-query -W -f='${Version}' linux-config-6.12 2>/dev/null || true)
+if [ -z "$cfgver" ]; then
+	echo "setup-arm64: linux-config-6.12 is not installed (scripts/setup.sh): no arm64 configs fetched" >&2
+elif [ "$(cat "$cfgdir/version" 2>/dev/null)" = "$cfgver" ]; then
+	step "linux-config-6.12:arm64 $cfgver in $cfgdir"
+elif [ "$check" = 1 ]; then
+	echo "setup-arm64: no linux-config-6.12:arm64 $cfgver in $cfgdir (only make deb ARCH=arm64 needs it)" >&2
+else
+	step "apt: fetching linux-config-6.12:arm64=$cfgver into $cfgdir"
+	dl=$(mktemp -d)
+	chmod 755 "$dl"  # apt downloads as _apt
+	(cd "$dl" && apt-get download -q "linux-config-6.12:arm64=$cfgver") >/dev/null ||
+		{ rm -rf "$dl"; die "apt-get download linux-config-6.12:arm64=$cfgver failed (apt-get update after adding arm64?)"; }
+	rm -rf "$cfgdir"
+	mkdir -p "$cfgdir"
+	dpkg-deb -x "$dl"/linux-config-6.12_*_arm64.deb "$cfgdir"
+	rm -rf "$dl"
+	echo "$cfgver" > "$cfgdir/version"
 fi
 
 # mmdebstrap runs the root's maintainer scripts under qemu-aarch64, found
