@@ -218,7 +218,7 @@ control=$(mktemp)
 printf 'Source: linux-upstream\n\nPackage: linux-image\nArchitecture: any\n' > "$control"
 if ! deps=$(dpkg-checkbuilddeps -B -d "$builddeps" "$control" 2>&1); then
 	rm -f "$control"
-	die "${deps#dpkg-checkbuilddeps: error: }: run scripts/setup.sh"
+	die "${deps#dpkg-checkbuilddeps: error: }: run scripts/setup.sh$([ "$debarch" = arm64 ] && echo " and make arm64-root")"
 fi
 rm -f "$control"
 pkgver="$kver-1+asyncfork.$("$top/scripts/deb-version.sh")"

@@ -41,7 +41,7 @@ root=$build/arm64-root
 host_packages=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
 	       qemu-system-arm mmdebstrap qemu-user-static binfmt-support
 	       liburing-dev:arm64 libhiredis-dev:arm64 libnuma-dev:arm64
-	       gcc-arm-linux-gnueabihf)
+	       gcc-arm-linux-gnueabihf libssl-dev:arm64)
 # The guest: virtme-ng's bash init for a foreign architecture (virtme-init:
 # bash, util-linux, mount, udev, iproute2, busybox for udhcpc), the guest
 # tests (tests/guest/*.sh, python/asyncfork/suite.py: sysctl, free,
@@ -70,7 +70,8 @@ sudo=
 # liburing when its header is found, as the host's is), libnuma-dev:arm64
 # (the migration selftest) and libhiredis-dev:arm64 (the load generator)
 # need arm64 added to dpkg's architectures.  gcc-arm-linux-gnueabihf builds
-# the 32-bit compat vDSO that Debian's arm64 configs have (make deb ARCH=arm64).
+# the 32-bit compat vDSO that Debian's arm64 configs have, and libssl-dev:arm64
+# the headers package's programs (make deb ARCH=arm64).
 if ! dpkg --print-foreign-architectures | grep -qx arm64; then
 	[ "$check" = 0 ] || die "dpkg has no arm64 architecture (dpkg --add-architecture arm64)"
 	step "dpkg: adding the arm64 architecture (for liburing-dev:arm64)"
