@@ -302,14 +302,30 @@ def test_soak_exit_code_and_record(monkeypatch, tmp_path, capsys, memcg_out, rc)
     argv = ["--kernel", str(kdir), "--minutes", "120", "--record-dir", str(tmp_path / "rec")]
     assert soak.main(argv) == rc
     assert seen["kernel"] == kdir and seen["cpus"] == 3 and seen["boot_timeout"] == 360
-    # kasan: twice the suite's timeouts (2 * 1620 + 240 for fork_stress).
-    assert seen["timeouts"]["fork_stress"] == 2 * (2 * 1620 + 240)
+    # kasan: twice the suite's timeouts (2 * 1296 + 240 for fork_stress).
+    assert seen["timeouts"]["fork_stress"] == 2 * (2 * 1296 + 240)
     rec_file, = (tmp_path / "rec").glob("soak-kasan-*.json")
     rec = json.loads(rec_file.read_text())
     assert rec["failures"] == rc and rec["passed"] is (rc == 0)
     assert rec["args"]["argv"] == argv and rec["args"]["minutes"] == 120
     assert rec["forks"] == 290 * 2 + (290 if rc == 0 else 57)
     assert f"record {rec_file}" in capsys.readouterr().out
+
+
+def test_soak_time_is_shared_as_the_programs_take_it():
+    # stress-ng runs two stressors one after the other: two shares of the
+    # 90% of the time the timed programs get, so that a 120-minute soak
+    # takes about 120 minutes.
+    seconds, snapshots, progs = soak.soak_programs(120, packaged=False)
+    names = [p.name for p in progs]
+    assert "fork_stress_faults" in names and seconds == int(7200 * 0.9 / 5)
+    # The package's kernel has no fault injection: that program would bail
+    # out and fail the soak, so it is left out and the others get its time.
+    seconds, _, progs = soak.soak_programs(120, packaged=True)
+    assert "fork_stress_faults" not in [p.name for p in progs]
+    assert seconds == int(7200 * 0.9 / 4)
+    assert {"fork_stress", "fork_stress_memcg", "stress-ng", "redis_digest"} <= {
+        p.name for p in progs}
 
 
 def test_machine_says_how_tcg_ran_the_vcpus(monkeypatch):
