@@ -6,6 +6,7 @@ issue 16 asks for.  No guest boots here."""
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -326,6 +327,17 @@ def test_soak_time_is_shared_as_the_programs_take_it():
     assert seconds == int(7200 * 0.9 / 4)
     assert {"fork_stress", "fork_stress_memcg", "stress-ng", "redis_digest"} <= {
         p.name for p in progs}
+
+
+def test_host_package_change_during_a_run_is_flagged(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("a")
+    before = soak.packages_stamp(status)
+    assert soak.host_changed_note(before, soak.packages_stamp(status)) is None
+    os.utime(status, (before + 60, before + 60))
+    note = soak.host_changed_note(before, soak.packages_stamp(status))
+    assert note and "host's packages changed during the run" in note
+    assert soak.packages_stamp(tmp_path / "none") is None
 
 
 def test_machine_says_how_tcg_ran_the_vcpus(monkeypatch):

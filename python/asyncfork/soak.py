@@ -194,6 +194,30 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
     }
 
 
+DPKG_STATUS = Path("/var/lib/dpkg/status")
+
+
+def packages_stamp(status: Path = DPKG_STATUS) -> float | None:
+    """When the host's package database last changed (None without dpkg)."""
+    try:
+        return status.stat().st_mtime
+    except OSError:
+        return None
+
+
+def host_changed_note(before: float | None, after: float | None) -> str | None:
+    """Why a run is suspect if the host's packages changed while it ran:
+    the guest sees the host's root, and a program it starts after an
+    upgrade can load a replaced library through a stale view of it (the
+    KASAN soak of 2026-11-26: stress-ng and python segfaulted in ld.so an
+    hour after an apt run on the host)."""
+    if before is None or after is None or before == after:
+        return None
+    return (f"the host's packages changed during the run ({DPKG_STATUS} modified at "
+            f"{results.utc(after)}): a program the guest started later may have loaded a "
+            f"replaced library; run again with the host left alone")
+
+
 def write_record(record: dict, outdir: Path, kernel_name: str, kind: str = "soak") -> Path:
     """Write @record as KIND-KERNEL-DATE.json in @outdir (DATE from its
     start, UTC); a later run of the same day gets -2, -3...: none is lost."""
@@ -280,12 +304,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{snapshots} Redis snapshots per configuration, swap on {a.swap}; "
           f"results in {out}", flush=True)
     start = time.time()
+    stamp = packages_stamp()
     # Single-threaded TCG: see vm.run's tcg_single.
     extra = {"keep_thp": True, "root_fs": "virtiofs"} if packaged else {}
     run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
                             numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor),
                             tcg_single=tcg_single, **extra)
     finished = time.time()
+    host_note = host_changed_note(stamp, packages_stamp())
     runs = fork_stress_runs(run, progs)
     problems = judge(run, progs, runs)
     print_judgement("soak: ", run, progs, problems)
@@ -308,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                                           "seconds_per_program": seconds,
                                           "redis_snapshots": snapshots},
                          image=image)
+    record["host_packages_changed"] = host_note is not None
+    if host_note:
+        print(f"soak: warning: {host_note}")
     path = write_record(record, Path(a.record_dir), name)
     print(f"soak: {len(progs) - failed} of {len(progs)} programs passed in "
           f"{(finished - start) / 60:.1f} min ({run.kernelrelease}); "
