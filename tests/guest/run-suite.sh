@@ -23,6 +23,11 @@ uname -r > "$out/kernelrelease"
 modprobe -q zram 2>/dev/null
 modprobe -q loop 2>/dev/null
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+# A root other than the host's (ARCH=arm64: setup-arm64.sh's, over 9p)
+# leaves /tmp unwritable to other users, whom stress-ng's madvise run
+# needs: a tmpfs there, only then.
+setpriv --reuid=65534 --regid=65534 --clear-groups test -w /tmp 2>/dev/null ||
+	mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp
 # Reserve hugetlb pages for the tests that use them; THP on madvise, or
 # as the kernel set it with THP=keep (make test-deb: Debian's "always").
 echo 64 > /proc/sys/vm/nr_hugepages
