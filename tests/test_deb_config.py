@@ -278,3 +278,15 @@ def test_build_deb_refuses_unsigned_modules(stand_in_make):
     _, build_deb = stand_in_make
     r = build_deb(UNSIGNED="1")
     assert r.returncode == 1 and "is not signed" in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("flavour,arch,message", [
+    ("cloud-amd64", "arm64", "FLAVOUR=cloud-amd64 is not for ARCH=arm64"),
+    ("cloud-arm64", "x86", "FLAVOUR=cloud-arm64 is not for ARCH=x86"),
+    ("sparc64", "", "unknown flavour 'sparc64'"),
+])
+def test_flavour_and_arch_must_agree(flavour, arch, message, tmp_path):
+    # Refused before anything is configured: nothing appears in BUILD_DIR.
+    r = run([BUILD_DEB, "--config-only", flavour, tmp_path], env={**os.environ, "ARCH": arch})
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert list(tmp_path.iterdir()) == []

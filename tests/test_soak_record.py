@@ -303,6 +303,8 @@ def test_soak_exit_code_and_record(monkeypatch, tmp_path, capsys, memcg_out, rc)
     argv = ["--kernel", str(kdir), "--minutes", "120", "--record-dir", str(tmp_path / "rec")]
     assert soak.main(argv) == rc
     assert seen["kernel"] == kdir and seen["cpus"] == 3 and seen["boot_timeout"] == 360
+    # Multi-threaded TCG unless asked (--tcg-single), and the record says so.
+    assert seen["tcg_single"] is False
     # kasan: twice the suite's timeouts (2 * 1296 + 240 for fork_stress).
     assert seen["timeouts"]["fork_stress"] == 2 * (2 * 1296 + 240)
     rec_file, = (tmp_path / "rec").glob("soak-kasan-*.json")
@@ -311,6 +313,13 @@ def test_soak_exit_code_and_record(monkeypatch, tmp_path, capsys, memcg_out, rc)
     assert rec["args"]["argv"] == argv and rec["args"]["minutes"] == 120
     assert rec["forks"] == 290 * 2 + (290 if rc == 0 else 57)
     assert f"record {rec_file}" in capsys.readouterr().out
+    if rc == 0:
+        monkeypatch.setenv("ASYNC_FORK_ACCEL", "tcg")
+        rec_file.unlink()
+        assert soak.main(argv + ["--tcg-single"]) == 0
+        assert seen["tcg_single"] is True
+        rec = json.loads(next((tmp_path / "rec").glob("soak-kasan-*.json")).read_text())
+        assert rec["machine"]["tcg_threads"] == "single" and rec["args"]["tcg_single"] is True
 
 
 def test_soak_time_is_shared_as_the_programs_take_it():
