@@ -135,13 +135,23 @@ fi
 # The root is remade only if its package list, suite or mirror changed.
 want="suite=$suite mirror=$mirror packages=${root_packages[*]}"
 stamp=$root/etc/asyncfork-arm64-root
-# The harness mounts the checkout and the build folder at their host paths:
-# their mount points, made here because the guest's root is read-only.
-mount_points() {
+# What the root needs besides its packages, made here because it is
+# read-only to the guest: the mount points of the checkout and the build
+# folder (mounted at their host paths), and an /etc/hosts, which no
+# package makes: without it "localhost" goes to DNS, and redis-py's
+# default client never reaches a server on 127.0.0.1.
+root_files() {
 	$sudo mkdir -p "$1$top" "$1$(cd "$build" && pwd)"
+	[ -e "$1/etc/hosts" ] ||
+		printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' |
+		$sudo tee "$1/etc/hosts" >/dev/null
 }
 if [ -r "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-	[ "$check" = 1 ] || mount_points "$root"
+	if [ "$check" = 1 ]; then
+		[ -e "$root/etc/hosts" ] || die "$root has no /etc/hosts: run scripts/setup-arm64.sh"
+	else
+		root_files "$root"
+	fi
 	step "arm64 root: $root up to date ($(du -sh "$root" 2>/dev/null | cut -f1))"
 	exit 0
 fi
@@ -163,7 +173,7 @@ fi
 # virtme-init ends the guest with "poweroff -f", which Debian's root has
 # only with systemd-sysv: busybox's does it.
 [ -e "$new/sbin/poweroff" ] || $sudo ln -s /bin/busybox "$new/sbin/poweroff"
-mount_points "$new"
+root_files "$new"
 echo "$want" | $sudo tee "$new/etc/asyncfork-arm64-root" >/dev/null
 for bin in python3 redis-server stress-ng bash mount; do
 	[ -x "$new/usr/bin/$bin" ] || [ -x "$new/usr/sbin/$bin" ] || [ -x "$new/bin/$bin" ] ||
