@@ -156,8 +156,11 @@ def test_arm64_results_folders_are_mounted_at_their_paths(tmp_path, monkeypatch)
         raise Stop
     monkeypatch.setattr(vm.subprocess, "Popen", popen)
     with pytest.raises(Stop):
-        vm.run(tmp_path, "true", memory="1G", rwdirs=[tmp_path / "out"])
+        vm.run(tmp_path, "true", memory="1G",
+               rwdirs=[tmp_path / "out", os.path.relpath(tmp_path / "rel", TOP)])
     assert f"{tmp_path}/out={tmp_path}/out" in seen["args"]
+    # A relative folder (--out build/...) is the checkout's, not the root's.
+    assert f"{tmp_path}/rel={tmp_path}/rel" in seen["args"]
     assert "--root" in seen["args"] and str(tmp_path / "root") in seen["args"]
     assert seen["script"].startswith(f"cd {TOP} || exit 1\n")
 

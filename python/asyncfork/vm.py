@@ -348,7 +348,9 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
             last = max(first, (n + 1) * cpus // numa_nodes - 1)
             args += ["--numa", f"{per}M,cpus={first}-{last}"]
     for d in rwdirs:
-        # Another architecture's root is not /: say where the guest sees it.
+        # Another architecture's root is not /: say where the guest sees it
+        # (the same absolute path; a relative one would be the root's).
+        d = (TOP / d).resolve()  # vng runs in the checkout
         args += ["--rwdir", f"{d}={d}" if foreign() else str(d)]
     for a in append:
         args += ["--append", a]
