@@ -219,3 +219,12 @@ def test_report_draws_a_test_deb_record(tmp_path):
     assert f"| defaults | {release} | yes | 120 | 0 | - |" in text
     assert f"| cloud-amd64 | {release} | {k['config_sha256'][:12]} | " in text
     assert f"(results/{path.name})" in text
+
+
+def test_where_says_an_emulated_architecture():
+    from asyncfork import report
+    m = {"where": "vm", "machine": {"accel": "tcg", "guest_cpus": 2, "guest_memory": "4G",
+                                    "host_cpu": "X", "host_cpus": 2}}
+    assert report.where_text(m).startswith("a QEMU guest under TCG")
+    m["machine"].update(arch="arm64", emulated_arch=True)
+    assert report.where_text(m).startswith("an emulated arm64 guest under TCG")

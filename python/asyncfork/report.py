@@ -100,7 +100,8 @@ def where_text(m: dict) -> str:
     if mc.get("tcg_threads") == "single":
         accel += " (single-threaded)"
     numa = f", {mc['guest_numa_nodes']} NUMA nodes" if mc.get("guest_numa_nodes") else ""
-    return (f"a QEMU guest under {accel}, {mc.get('guest_cpus', '?')} vCPUs, "
+    guest = f"an emulated {mc['arch']} guest" if mc.get("emulated_arch") else "a QEMU guest"
+    return (f"{guest} under {accel}, {mc.get('guest_cpus', '?')} vCPUs, "
             f"{mc.get('guest_memory', '?')}{numa}, on a {host}")
 
 
