@@ -74,6 +74,15 @@ DOCS_RESULTS = TOP / "docs/results"  # the committed records, plots made from th
 VENV_PYTHON = TOP / ".venv/bin/python"
 
 
+def guest_python() -> str:
+    """The python a guest command runs: this checkout's (the guest sees the
+    host's root), or the root's own python3 in a guest of another
+    architecture."""
+    if foreign():
+        return "/usr/bin/python3"
+    return str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable))
+
+
 def python_command(module: str, *args: str, python: str | None = None) -> list[str]:
     """The command line that runs `python -m asyncfork.MODULE ARGS` where
     the environment is not this one (in a guest): the package and the
@@ -81,9 +90,7 @@ def python_command(module: str, *args: str, python: str | None = None) -> list[s
     package with or without the editable install.  A guest of another
     architecture runs its root's python3 (scripts/setup-arm64.sh installs
     what the harness imports there)."""
-    if python is None:
-        python = ("/usr/bin/python3" if foreign() else
-                  str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable)))
+    python = python or guest_python()
     return ["env", f"PYTHONPATH={PYTHON_DIR}", f"ASYNCFORK_BUILD={BUILD}", f"ARCH={ARCH}",
             python,
             "-m", f"asyncfork.{module}", *args]

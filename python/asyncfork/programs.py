@@ -4,10 +4,8 @@
 Both run the same programs; the soak runs the randomized ones for longer.
 """
 
-import os
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
 from asyncfork import suite
@@ -18,7 +16,7 @@ SELFTESTS = arch_dir("selftests")
 UPSTREAM_MM = arch_dir("upstream-mm")
 # The guest's python: this one when the guest sees the host's root, the
 # root's own (with python3-redis) in a guest of another architecture.
-GUEST_PYTHON = "/usr/bin/python3" if paths.foreign() else os.path.abspath(sys.executable)
+GUEST_PYTHON = paths.guest_python()
 UPSTREAM_TIMEOUT = 900
 
 
