@@ -165,7 +165,7 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
                 progs: list[harness.Program], problems: dict[str, list[str]],
                 runs: list[dict], started: float, finished: float,
                 machine_info: dict, argv: list[str], args: dict,
-                image: Path | None = None) -> dict:
+                image: Path | None = None, built: dict | None = None) -> dict:
     """The soak's record.  Counters are sums over every fork_stress run
     (failed and repeated runs included), null if a run did not print them.
     forks, forks_deferred, syncs (tables the parent copied first) and
@@ -175,6 +175,10 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
                             async_fork="2 (each program sets it)")
     if run.kernelrelease != "unknown":
         kernel["release"] = run.kernelrelease
+    # Which build: a kernel is not rebuilt for a soak of a later commit
+    # whose kernel code is the same, so the record names the image's
+    # build time and, for the package, its file.
+    kernel.update(built or {})
     return {
         **results.metadata("soak", kernels=[kernel], machine_info=machine_info, argv=argv,
                            args=args, started=started),
@@ -277,10 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     if factor < 1:
         ap.error("--timeout-factor must be at least 1")
     try:
-        harness.vm.find_image(kdir)
+        built_image = harness.vm.find_image(kdir)
     except harness.vm.VMError as e:
         print(f"soak: {e} (make soak KERNEL={a.kernel})", file=sys.stderr)
         return 2
+    built = {"image_built": time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(Path(built_image).stat().st_mtime))}
+    if packaged:
+        built["package"] = deb.name
     seconds, snapshots, progs = soak_programs(a.minutes, packaged)
     for p in progs:
         p.timeout = int(p.timeout * factor)
@@ -326,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     swaps = out / "swaps"
     if swaps.exists():
         print("soak: guest swap:\n    " + swaps.read_text().strip().replace("\n", "\n    "))
-    record = make_record(kernel_name=name, kernel_dir=kdir, run=run, progs=progs,
+    record = make_record(kernel_name=name, kernel_dir=kdir, run=run, progs=progs, built=built,
                          problems=problems, runs=runs, started=start, finished=finished,
                          machine_info=machine(a.cpus, a.memory, 2, a.swap, tcg_single=tcg_single),
                          argv=argv, args={**vars(a), "timeout_factor": factor,
