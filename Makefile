@@ -22,6 +22,7 @@
 #   make bench          bench-fork, then bench-redis
 #   make bench-fork     fork() against memory size and copy threads (NATIVE=, BENCH_FORK_ARGS=)
 #   make bench-redis    Redis snapshots across sizes, loads and copy threads (SERVER=, NATIVE=, BENCH_REDIS_ARGS=)
+#   make bench-sync     how long the parent's writes wait right after fork(), kernels side by side (BENCH_SYNC_ARGS=)
 #   make bench-offcost  the series' cost unused: unpatched, =y with vm.async_fork=0, =n (OFFCOST_ARGS=)
 #   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan/deb, SOAK_ARGS=)
 #   make report         docs/results.md and docs/results/plots/ from the records in docs/results/*.json alone
@@ -87,7 +88,7 @@ GUEST_KERNEL   := $(if $(ARM64),arm64-root kernel-lean,$(GUEST_KERNEL))
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup arm64-root source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
-	test soak report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-offcost bench-programs vm \
+	test soak report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
@@ -133,6 +134,10 @@ bench-offcost: kernel-lean kernel-off bench-programs
 
 bench-redis: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) -m asyncfork.redis_bench $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
+
+# Guest only: --kernels names build folders (default the lean kernel).
+bench-sync: kernel-lean bench-programs
+	@$(PYTHON) -m asyncfork.sync_bench $(BENCH_SYNC_ARGS)
 
 SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh tests/repro/*.sh .ci/run
 
