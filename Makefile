@@ -27,7 +27,7 @@
 #   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan/deb, SOAK_ARGS=)
 #   make report         docs/results.md and docs/results/plots/ from the records in docs/results/*.json alone
 #   make baseline       run the upstream mm selftests and rewrite their baseline
-#   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours)
+#   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours; ARCH=arm64 too)
 #   make kernel-git     a kernel git tree to edit the series in ($(KGIT)): the tarball, then git am
 #   make export-series  that tree back into kernel/patches, with cover letters, base-commit, recipients
 #   make vm CMD='...'   boot the $(KERNEL) kernel (default debug) and run one command in it
@@ -164,8 +164,7 @@ report:
 baseline: $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests
 	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
 
-check-series:
-	@$(X86_ONLY)
+check-series: $(if $(ARM64),arm64-root)
 	@scripts/check-series.sh $(KERNEL_TARBALL) $(BUILD)
 
 kernel-git:

@@ -20,7 +20,11 @@
 # that passed with the same patches, configs and scripts is not redone.
 # A cold run builds about 25 kernels: a few hours on 2 cores (ccache helps).
 #
-# Usage: check-series.sh TARBALL BUILD_DIR
+# ARCH=arm64: the same for the cross-built arm64 kernels (CONFIG_ASYNC_FORK=y
+# from the arm64 patch on), booted under qemu-system-aarch64 on
+# scripts/setup-arm64.sh's root; kernels in series-check/arm64-FLAVOUR.
+#
+# Usage: [ARCH=arm64] check-series.sh TARBALL BUILD_DIR
 set -euo pipefail
 
 die() { echo "check-series: $*" >&2; exit 1; }
@@ -32,6 +36,13 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 work=$build/series-check
 python=$top/.venv/bin/python
 [ -x "$python" ] || python=python3
+
+case "${ARCH:-x86}" in
+x86|x86_64) arch=x86 kdir='' stamp_arch='' boot_timeout=600 ;;
+arm64|aarch64) arch=arm64 kdir=arm64- stamp_arch=arm64- boot_timeout=1800 ;;
+*) die "unknown ARCH '$ARCH' (x86 or arm64)" ;;
+esac
+export ARCH=$arch
 
 mapfile -t patches < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$top/kernel/patches/series" |
 		       awk '{ print $1 }')
@@ -49,10 +60,12 @@ touches_kernel() {
 }
 
 # What a passed check depends on, besides the prefix itself: what goes
-# into the x86 build (the arm64 fragment does not).  Not this script: a
-# change to its checks applies from the next prefix it checks (rm -r
+# into the build (the arm64 fragment only into arm64's).  Not this script:
+# a change to its checks applies from the next prefix it checks (rm -r
 # BUILD_DIR/series-check/done to redo all).
-tools_sum=$(find "$top/kernel/configs" -name '*.config' ! -name 'arm64*' | sort |
+skip_configs=()
+[ "$arch" = arm64 ] || skip_configs=(! -name 'arm64*')
+tools_sum=$(find "$top/kernel/configs" -name '*.config' "${skip_configs[@]}" | sort |
 	    xargs cat "$top/scripts/build-kernel.sh" "$top/scripts/prepare-source.sh" |
 	    sha256sum | cut -c1-16)
 
@@ -71,10 +84,11 @@ boot() {
 	    grep -q '^+[[:space:]]*\.procname[[:space:]]*= "async_fork",' -- "${patches[@]:0:k}"); then
 		want=1
 	fi
-	out=$("$python" "$top/scripts/vm.py" --kernel "$work/$flavour" --memory 1G --timeout 600 \
-		--log "$work/boot-$k-$flavour.log" -- \
+	out=$("$python" "$top/scripts/vm.py" --kernel "$work/$kdir$flavour" --memory 1G \
+		--timeout "$boot_timeout" \
+		--log "$work/boot-$k-$kdir$flavour.log" -- \
 		"$guest_cmd") ||
-		die "the $flavour kernel with patches 1..$k does not boot cleanly: $work/boot-$k-$flavour.log"
+		die "the $arch $flavour kernel with patches 1..$k does not boot cleanly: $work/boot-$k-$kdir$flavour.log"
 	out=$(printf '%s\n' "$out" | sed -n 's/^.*vm\.async_fork=\([a-z0-9]*\).*$/\1/p' | tail -n1)
 	[ "$out" = "$want" ] ||
 		die "the $flavour kernel with patches 1..$k: vm.async_fork is '$out', expected '$want'"
@@ -97,37 +111,37 @@ for k in $(seq 1 ${#patches[@]}); do
 	if touches_kernel "$p"; then
 		flavours=(off)
 		ASYNC_FORK_PATCHES=$work/patches "$top/scripts/prepare-source.sh" "$tarball" "$work" >/dev/null
-		if grep -q 'select ARCH_SUPPORTS_ASYNC_FORK' "$work/linux/arch/x86/Kconfig"; then
+		if grep -q 'select ARCH_SUPPORTS_ASYNC_FORK' "$work/linux/arch/$arch/Kconfig"; then
 			flavours=(lean off)
 		else
-			echo "check-series:   no architecture selects ARCH_SUPPORTS_ASYNC_FORK yet: CONFIG_ASYNC_FORK=n only"
+			echo "check-series:   $arch does not select ARCH_SUPPORTS_ASYNC_FORK yet: CONFIG_ASYNC_FORK=n only"
 		fi
 	else
 		echo "check-series:   tools/ and Documentation/ only: kernel build skipped"
 	fi
 	for f in "${flavours[@]}"; do
-		stamp=$work/done/$k-$f-$prefix_sum-$tools_sum
+		stamp=$work/done/$k-$stamp_arch$f-$prefix_sum-$tools_sum
 		if [ -e "$stamp" ]; then
-			echo "check-series:   $f: passed before"
+			echo "check-series:   $arch $f: passed before"
 			continue
 		fi
 		# Kconfig may differ between prefixes: configure afresh.
-		rm -f "$work/$f/config.sum"
-		"$top/scripts/build-kernel.sh" "$f" "$work" >"$work/build-$k-$f.log" 2>&1 ||
-			die "the $f kernel does not build with patches 1..$k (last: $p): $work/build-$k-$f.log"
+		rm -f "$work/$kdir$f/config.sum"
+		"$top/scripts/build-kernel.sh" "$f" "$work" >"$work/build-$k-$kdir$f.log" 2>&1 ||
+			die "the $arch $f kernel does not build with patches 1..$k (last: $p): $work/build-$k-$kdir$f.log"
 		boot "$f" "$k"
 		touch "$stamp"
-		echo "check-series:   $f: builds and boots"
+		echo "check-series:   $arch $f: builds and boots"
 	done
 	if grep -q '^+++ b/tools/testing/selftests/mm/' "$top/kernel/patches/$p"; then
-		stamp=$work/done/$k-selftests-$prefix_sum-$tools_sum
+		stamp=$work/done/$k-${stamp_arch}selftests-$prefix_sum-$tools_sum
 		if [ ! -e "$stamp" ]; then
 			ASYNC_FORK_PATCHES=$work/patches "$top/scripts/prepare-source.sh" "$tarball" "$work" >/dev/null
-			"$top/scripts/build-upstream-selftests.sh" "$work" >"$work/selftests-$k.log" 2>&1 ||
-				die "mm selftests do not build with patches 1..$k (last: $p): $work/selftests-$k.log"
+			"$top/scripts/build-upstream-selftests.sh" "$work" >"$work/selftests-$k$kdir.log" 2>&1 ||
+				die "$arch mm selftests do not build with patches 1..$k (last: $p): $work/selftests-$k$kdir.log"
 			touch "$stamp"
 		fi
 		echo "check-series:   mm selftests build"
 	fi
 done
-echo "check-series: every prefix of the series builds and boots, with CONFIG_ASYNC_FORK=y where it can be set and =n"
+echo "check-series: every prefix of the series builds and boots on $arch, with CONFIG_ASYNC_FORK=y where it can be set and =n"
