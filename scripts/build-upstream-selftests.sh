@@ -33,7 +33,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 mapfile -t progs < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$top/tests/upstream_mm.list" |
 		     awk '{ for (i = 1; i <= NF && $i ~ /=/; i++); print $i }' | sort -u)
 
-# The series' own selftests, where the tree has them (patch 14): built by
+# The series' own selftests, where the tree has them (patch 15): built by
 # the upstream Makefile too, to show that they build there.
 for p in async_fork fork_snapshot; do
 	[ -f "$src/tools/testing/selftests/mm/$p.c" ] && progs+=("$p")
