@@ -238,6 +238,46 @@ static const char *history(uint64_t h)
 	return buf;
 }
 
+static pid_t top_pid;		/* the process the checkers are children of */
+
+/*
+ * How @pid maps @addr, for a difference's report: the /proc/PID/pagemap
+ * entry (present, swapped, exclusive; the PFN for root) and the page's
+ * /proc/kpageflags (KSM, THP, zero page, swap cache, dirty, ...).  With
+ * read(2) only: no malloc() in a checker.
+ */
+static void describe_mapping(const char *who, pid_t pid, uintptr_t addr)
+{
+	uint64_t e = 0, flags = 0;
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/pagemap", pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0 || pread(fd, &e, 8, (addr / PAGE) * 8) != 8) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	close(fd);
+	if ((e >> 63) & 1) {
+		fd = open("/proc/kpageflags", O_RDONLY);
+		if (fd >= 0) {
+			if (pread(fd, &flags, 8, (e & ((1ULL << 55) - 1)) * 8) != 8)
+				flags = 0;
+			close(fd);
+		}
+	}
+	ksft_print_msg("  %s %d maps 0x%lx: pagemap 0x%016llx (present %d swap %d exclusive %d pfn/swap 0x%llx), kpageflags 0x%llx (ksm %d thp %d zero %d anon %d swapcache %d dirty %d)\n",
+		       who, pid, (unsigned long)addr, (unsigned long long)e,
+		       (int)(e >> 63) & 1, (int)(e >> 62) & 1, (int)(e >> 56) & 1,
+		       (unsigned long long)(e & ((1ULL << 55) - 1)),
+		       (unsigned long long)flags, (int)(flags >> 21) & 1,
+		       (int)(flags >> 22) & 1, (int)(flags >> 24) & 1,
+		       (int)(flags >> 12) & 1, (int)(flags >> 13) & 1,
+		       (int)(flags >> 4) & 1);
+}
+
 /* Check page @page of @v against @tag; print the first difference. */
 static bool check_page(const char *who, int r, const struct view *v,
 		       size_t page, uint64_t tag)
@@ -260,6 +300,9 @@ static bool check_page(const char *who, int r, const struct view *v,
 			       (unsigned long long)word_of(v, page, tag, w),
 			       (unsigned long long)tag,
 			       history(regions[r].hist[page]));
+		describe_mapping("this process", getpid(), (uintptr_t)p);
+		if (getpid() != top_pid)
+			describe_mapping("the first parent", top_pid, (uintptr_t)p);
 	}
 	return false;
 }
@@ -1394,6 +1437,7 @@ int main(int argc, char **argv)
 	size_t per_region, maxpages[NR_REGIONS], all_pages = 0;
 	int c;
 
+	top_pid = getpid();
 	opt.seed = time(NULL) ^ getpid();
 	while ((c = getopt(argc, argv, "s:t:j:c:m:g:F:D:kdnaPx:")) != -1) {
 		switch (c) {
