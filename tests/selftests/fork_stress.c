@@ -178,6 +178,7 @@ static char *snapbuf;		/* where a child reads its snapshot */
 static size_t snap_size;
 static char *brk_base;
 static int dev_fd = -1;		/* O_DIRECT reads of the loop device */
+static int dev_back_fd = -1;	/* the memfd under it, read directly to compare */
 /* The operation this thread is doing, for the pages' histories. */
 static __thread enum op cur_op = OP_WRITE;
 
@@ -874,6 +875,23 @@ static bool op_odirect(struct worker *w, struct region *r, int ri)
 	for (size_t i = 0; i < n; i++)
 		r->meta[first + i] = TAG_DEV + k + i;
 	note(r, first, n);
+	/*
+	 * The data must be there at once.  If not, say where it went wrong:
+	 * the device read again (O_DIRECT into a buffer of our own) and the
+	 * memfd under it read directly.
+	 */
+	if (check_run("odirect", ri, first, n)) {
+		static char buf[16 * PAGE] __attribute__((aligned(PAGE)));
+		const uint64_t *d = (const uint64_t *)buf;
+		uint64_t want = pattern(TAG_DEV + k, 0);
+		ssize_t again = pread(dev_fd, buf, PAGE, k * PAGE);
+
+		ksft_print_msg("odirect: %zu pages from device page %zu into region %d page %zu: device again 0x%016llx (%zd bytes), memfd 0x%016llx, expected 0x%016llx\n",
+			       n, k, ri, first, (unsigned long long)(again == PAGE ? d[0] : 0),
+			       again, (unsigned long long)(pread(dev_back_fd, buf + PAGE, PAGE, k * PAGE) == PAGE ? d[WORDS] : 0),
+			       (unsigned long long)want);
+		atomic_fetch_add(&parent_bad, 1);
+	}
 	return true;
 }
 
@@ -1290,7 +1308,7 @@ static void loop_setup(void)
 	loop_fd = open(path, O_RDWR);
 	if (loop_fd < 0 || ioctl(loop_fd, LOOP_SET_FD, back))
 		ksft_exit_fail_msg("%s: %s\n", path, strerror(errno));
-	close(back);
+	dev_back_fd = back;
 	dev_fd = open(path, O_RDONLY | O_DIRECT);
 	if (dev_fd < 0)
 		ksft_exit_fail_msg("%s with O_DIRECT: %s\n", path, strerror(errno));
@@ -1302,6 +1320,7 @@ static void loop_teardown(void)
 	dev_fd = -1;
 	ioctl(loop_fd, LOOP_CLR_FD);
 	close(loop_fd);
+	close(dev_back_fd);
 	close(loop_ctl);
 }
 
