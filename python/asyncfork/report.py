@@ -19,7 +19,7 @@ import math
 import re
 from pathlib import Path
 
-from asyncfork import entry, offcost, plots, results
+from asyncfork import entry, offcost, plots, results, sync_bench
 from asyncfork.paths import DOCS_RESULTS, TOP
 
 MARKDOWN = TOP / "docs/results.md"
@@ -152,6 +152,10 @@ def offcost_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
                          "each kernel's median against the unpatched kernel's")
 
 
+def sync_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
+    return [sync_bench.table(rec["summary"]), "", sync_bench.LEGEND, ""]
+
+
 def test_deb_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     lines = [f"Package `{rec['package']}` (sha256 {rec['package_sha256'][:12]}), "
              f"{'passed' if rec['passed'] else 'FAILED'}.", "",
@@ -252,6 +256,7 @@ SECTIONS = {
     "bench-fork": ("make bench-fork", bench_fork_section),
     "bench-redis": ("make bench-redis", bench_redis_section),
     "bench-offcost": ("make bench-offcost: what the series costs unused", offcost_section),
+    "bench-sync": ("make bench-sync: the parent's writes right after fork()", sync_section),
     "soak": ("make soak", soak_section),
     "test-deb": ("make test-deb: the Debian package", test_deb_section),
 }
