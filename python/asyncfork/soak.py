@@ -69,14 +69,15 @@ NO_FAULT_INJECTION = {"fork_stress_faults"}
 
 def soak_programs(minutes: float, packaged: bool) -> tuple[int, int, list[harness.Program]]:
     """(seconds per timed program, Redis snapshots, the programs) of a soak
-    of @minutes.  The timed programs share 90% of the time (stress-ng runs
-    two stressors one after the other: two shares); Redis snapshots the
-    rest (about 40 s each under emulation).  Debian's config has no fault
-    injection (CONFIG_FAULT_INJECTION is not set), so the package runs
-    without fork_stress_faults, which would only bail out."""
+    of @minutes.  The timed programs share all of the time (stress-ng runs
+    two stressors one after the other: two shares), so that a soak of N
+    minutes lasts at least N; Redis's snapshots (about 40 s each under
+    emulation, a tenth of the time) come on top.  Debian's config has no
+    fault injection (CONFIG_FAULT_INJECTION is not set), so the package
+    runs without fork_stress_faults, which would only bail out."""
     skip = NO_FAULT_INJECTION if packaged else set()
     shares = sum(TIME_SHARES.get(n, 1) for n in TIMED if n not in skip)
-    seconds = max(30, int(minutes * 60 * 0.9 / shares))
+    seconds = max(30, -(-int(minutes * 60) // shares))
     snapshots = max(2, int(minutes * 60 * 0.1 / 40 / 4))
     progs = [p for p in programs.stress_programs(seconds, snapshots) if p.name not in skip]
     return seconds, snapshots, progs
