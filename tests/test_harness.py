@@ -298,3 +298,11 @@ def test_hung_guest_is_killed(kernel, tmp_path):
     assert r.timed_out and r.returncode is None and not r.ok
     assert r.elapsed < 60
     assert "timeout" in r.describe()
+
+
+def test_check_series_refuses_an_unknown_arch(tmp_path):
+    r = subprocess.run([str(TOP / "scripts/check-series.sh"), "/nonexistent.tar.xz",
+                        str(tmp_path / "b")], env={**os.environ, "ARCH": "mips"},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "unknown ARCH 'mips'" in r.stderr
+    assert not (tmp_path / "b" / "series-check").exists()
