@@ -73,8 +73,9 @@ endif
 ARM64          := $(filter arm64,$(GUEST_ARCH))
 ARCH_DIR       := $(if $(ARM64),arm64-)
 ARCH_CC        := $(if $(ARM64),CC=aarch64-linux-gnu-gcc)
-# Targets that are x86 only so far refuse ARCH=arm64 with this recipe line.
-X86_ONLY       = $(if $(ARM64),echo "make $@: x86 only so far, not with ARCH=arm64" >&2; exit 2)
+# Targets that are x86 only so far refuse ARCH=arm64 with this recipe line
+# (no comma in its text: $(if) would take what follows as its else part).
+X86_ONLY       = $(if $(ARM64),echo "make $@: x86 only so far (not with ARCH=arm64)" >&2; exit 2)
 # What make test runs in the guest: everything on x86; on arm64 the suite
 # boot (the project's programs, the upstream mm selftests) and the boot
 # with async_fork=off.

@@ -95,6 +95,16 @@ def test_unknown_arch_is_refused():
     assert "ARCH=sparc is not an architecture" in one_line_error(p)
 
 
+def test_x86_only_targets(tmp_path):
+    # The recipe line of soak, test-deb, bench-offcost, run as make runs
+    # it: nothing on x86, a clear refusal with ARCH=arm64.
+    probe = ["--eval", "x86-only-probe: ; @$(X86_ONLY)\n\t@echo ran", "x86-only-probe"]
+    p = sh("make", *probe, f"BUILD={tmp_path}")
+    assert p.returncode == 0 and p.stdout.strip() == "ran", p.stderr
+    err = one_line_error(sh("make", *probe, "ARCH=arm64", f"BUILD={tmp_path}"))
+    assert "x86-only-probe: x86 only so far" in err
+
+
 def test_arm64_guest_args(tmp_path, monkeypatch):
     monkeypatch.setattr(paths.platform, "machine", lambda: "x86_64")
     assert vm.foreign("arm64") and not vm.foreign("x86")
