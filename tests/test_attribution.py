@@ -146,6 +146,52 @@ def test_a_wait_for_the_cpu_names_who_ran():
         "runnable: a kworker": 1.0, "user space": 1.0}
 
 
+def child_done(ts, duration_ns, pid=CHILD):
+    return line(ts, "async_fork_child_done", f"child_mm=00000000bbbb pmds=8 threads=1 "
+                f"duration_ns={duration_ns} err=0", pid=pid, cpu=1)
+
+
+def test_a_wait_behind_the_child_is_its_copy_only_while_it_copies():
+    # The child copies its tables from 10.001 to 10.003, then runs the
+    # snapshot: of the server's 4 ms wait behind it, 2 ms are Async-fork's.
+    tl = timeline([
+        switch(9.999, 0, "swapper/1", "R", SERVER, "redis-server", cpu=1),
+        enter(10.0, 56), leave(10.0005, 56, CHILD),
+        switch(10.001, SERVER, "redis-server", "R+", CHILD, "redis-server", cpu=1),
+        child_done(10.003, 2 * MS),
+        switch(10.005, CHILD, "redis-server", "R+", SERVER, "redis-server", cpu=1),
+    ])
+    assert check_sums(tl, at(10.0), at(10.006)) == {
+        "syscall: clone (fork)": 0.5, "user space": 1.5,
+        "runnable: the snapshot child copying tables": 2.0,
+        "runnable: the snapshot child": 2.0}
+
+
+def test_the_forks_own_work_per_request():
+    # fork() 3 ms, later a 0.6 ms sync, then 1.5 ms behind the copying child.
+    tl = timeline([
+        switch(9.999, 0, "swapper/1", "R", SERVER, "redis-server", cpu=1),
+        enter(10.000, 56), leave(10.003, 56, CHILD),
+        fault(10.010, 0x7), sync(10.0106, MS * 6 // 10), fault_ret(10.0107),
+        switch(10.020, SERVER, "redis-server", "R+", CHILD, "redis-server", cpu=1),
+        child_done(10.0215, 3 * MS),
+        switch(10.0215, CHILD, "redis-server", "R+", SERVER, "redis-server", cpu=1),
+    ])
+    reqs = [(at(9.9995), at(10.0035), "S"),     # over the fork: 3 ms of it
+            (at(10.0099), at(10.0108), "S"),    # the sync: 0.6 ms
+            (at(10.0195), at(10.0220), "G"),    # behind the child: 1.5 ms
+            (at(10.0300), at(10.0301), "G")]    # nothing of it
+    att = attribution.attribute(tl, reqs, (at(9.99), at(10.1)), 10 * MS)
+    own = att["own"]
+    assert own["requests"] == 4 and own["over_limit"] == 2
+    assert own["max_ms"] == pytest.approx(3.0)
+    assert own["max_causes_ms"] == pytest.approx({"syscall: clone (fork)": 3.0})
+    assert own["max_without_fork_ms"] == pytest.approx(1.5)
+    line, = attribution.own_lines("async", att)
+    assert "delayed 2 of 4 requests by over 1 ms; at most 3.00 ms" in line
+    assert "without fork() itself at most 1.50 ms" in line
+
+
 def test_woken_but_waiting_while_the_load_generator_runs():
     # Asleep in epoll_wait, woken at 10.002 onto CPU 0, where loadgen runs
     # until 10.005: the wait is the load generator's.
@@ -405,3 +451,29 @@ def test_real_requests_add_up_and_the_fork_is_theirs():
     assert round((b - a) / MS, 4) == 187.5385
     assert got["syscall: clone (fork)"] == 142.723 and got["fault: sync"] == 8.325
     assert "unexplained" not in got
+
+
+def test_real_trace_the_forks_own_work():
+    _, _, _, tl, reqs = real()
+    att = attribution.attribute(tl, reqs, (at(116.8), at(117.2)), 1 * MS)
+    own = att["own"]
+    # Every request of this early run (a 143 ms fork under a loaded host)
+    # waited over 1 ms on it; the worst on fork() and two synchronizations.
+    assert own["requests"] == 35 and own["over_limit"] == 35
+    assert own["max_causes_ms"] == pytest.approx(
+        {"syscall: clone (fork)": 142.723, "fault: sync": 11.264251})
+    assert own["max_without_fork_ms"] == pytest.approx(11.264251)
+
+
+def test_the_forks_own_work_table_over_configurations():
+    own = {"requests": 10, "over_limit": 2, "limit_ms": 1.0, "max_ms": 4.5,
+           "max_causes_ms": {}, "max_without_fork_ms": 0.75}
+    lines = attribution.own_table([("1024M-set80-c1-t1", {"async": {"own": own},
+                                                          "default": {"error": "not traced"}}),
+                                   ("2048M-set80-c1-t1", {"async": {"error": "not traced"}})])
+    assert len(lines) == 4 and "delayed over 1 ms" in lines[0]
+    assert lines[1].split() == ["configuration", "|", "default", "|", "async"]
+    assert lines[3].startswith("1024M-set80-c1-t1")
+    assert lines[3].split("|")[1].split() == ["-"]
+    assert lines[3].split("|")[2].split() == ["2/10", "4.50", "0.75"]
+    assert attribution.own_table([("x", {"async": {"error": "not traced"}})]) == []

@@ -98,7 +98,9 @@ def test_unknown_arch_is_refused():
 def test_x86_only_targets(tmp_path):
     # The recipe line of soak, test-deb, bench-offcost, run as make runs
     # it: nothing on x86, a clear refusal with ARCH=arm64.
-    probe = ["--eval", "x86-only-probe: ; @$(X86_ONLY)\n\t@echo ran", "x86-only-probe"]
+    # (--no-print-directory: under make check this make is a sub-make.)
+    probe = ["--no-print-directory", "--eval", "x86-only-probe: ; @$(X86_ONLY)\n\t@echo ran",
+             "x86-only-probe"]
     p = sh("make", *probe, f"BUILD={tmp_path}")
     assert p.returncode == 0 and p.stdout.strip() == "ran", p.stderr
     err = one_line_error(sh("make", *probe, "ARCH=arm64", f"BUILD={tmp_path}"))

@@ -80,6 +80,20 @@ SYSCALLS = {0: "read", 1: "write", 2: "open", 3: "close", 5: "fstat", 7: "poll",
             318: "getrandom", 332: "statx",
             435: "clone3", 441: "epoll_pwait2"}
 FORKS = {56, 57, 58, 435}
+# The fork mechanism's own work in a request's time: fork() itself, the
+# parent's synchronizations, and waiting for a CPU behind the child while it
+# copies page tables (before it runs the snapshot) or behind a copy helper.
+# Waiting behind the child while it writes the snapshot is the snapshot's,
+# whatever the fork did; so are COW faults.
+CHILD_COPYING = "runnable: the snapshot child copying tables"
+OWN_WORK = {"fault: sync", "sync outside a fault", CHILD_COPYING, "runnable: a copy helper"}
+OWN_LIMIT_NS = 1_000_000    # issue 18: no request delayed over 1 ms by it
+
+
+def own_work(cause: str) -> bool:
+    return cause in OWN_WORK or cause.endswith("(fork)")
+
+
 # Where the server sleeps waiting for work: asleep there, it had nothing
 # to do (the request had not arrived, or it waits for its reply to be read).
 EVENT_WAITS = {7, 23, 232, 270, 271, 281, 441}
@@ -472,13 +486,33 @@ class Timeline:
             out.append((pos, b, "client: load generator unknown"))
         return out
 
+    def child_parts(self, a: int, b: int) -> list:
+        """[a, b), a wait behind the snapshot child, split by whether the
+        child was copying its page tables then (async_fork_child_done)."""
+        out, pos = [], a
+        for lo, hi in self.child_copy:
+            lo, hi = max(lo, a), min(hi, b)
+            if hi <= lo:
+                continue
+            if lo > pos:
+                out.append((pos, lo, "runnable: the snapshot child"))
+            out.append((lo, hi, CHILD_COPYING))
+            pos = hi
+        if pos < b:
+            out.append((pos, b, "runnable: the snapshot child"))
+        return out
+
     def resolve(self) -> list:
         """The thread's segments with every cause a string: a wait split by
         who ran on its CPU, idle time by the load generator's state."""
         out = []
         for a, b, w in self.thread.segments:
             if isinstance(w, Wait):
-                out += [(lo, hi, f"runnable: {who}") for lo, hi, who in self.on_cpu(w.cpu, a, b)]
+                for lo, hi, who in self.on_cpu(w.cpu, a, b):
+                    if who == "the snapshot child":
+                        out += self.child_parts(lo, hi)
+                    else:
+                        out.append((lo, hi, f"runnable: {who}"))
             elif isinstance(w, Fault):
                 out.append((a, b, w.cause()))
             elif w == "idle":
@@ -574,6 +608,13 @@ def attribute(tl: Timeline, reqs: list, window: tuple, before_max_ns: int) -> di
                           "causes_ms": {k: v / 1e6 for k, v in
                                         sorted(causes.items(), key=lambda kv: -kv[1])
                                         if v}})
+    own = []
+    for a, b, op in inside:
+        parts = {k: v for k, v in tl.breakdown(a, b).items() if v and own_work(k)}
+        own.append((sum(parts.values()), a, b, op, parts))
+    worst = max(own, key=lambda o: o[0], default=None)
+    without_fork = max((sum(v for k, v in o[4].items() if not k.endswith("(fork)"))
+                        for o in own), default=0)
     by_lat = sorted(inside, key=lambda r: r[0] - r[1])
     tail = by_lat[:max(1, int(len(by_lat) * TAIL))] if by_lat else []
     total = {}
@@ -583,7 +624,15 @@ def attribute(tl: Timeline, reqs: list, window: tuple, before_max_ns: int) -> di
             "slow": slow_rows, "tail_requests": len(tail),
             "tail_min_ms": (tail[-1][1] - tail[-1][0]) / 1e6 if tail else None,
             "tail_ms": sum(b - a for a, b, _ in tail) / 1e6,
-            "tail": [{"cause": c, "ms": ms, "share": s} for c, ms, s in table(total)]}
+            "tail": [{"cause": c, "ms": ms, "share": s} for c, ms, s in table(total)],
+            "own": {"requests": len(inside),
+                    "over_limit": sum(1 for o in own if o[0] > OWN_LIMIT_NS),
+                    "limit_ms": OWN_LIMIT_NS / 1e6,
+                    "max_ms": worst[0] / 1e6 if worst else 0.0,
+                    "max_latency_ms": (worst[2] - worst[1]) / 1e6 if worst else None,
+                    "max_causes_ms": {k: v / 1e6 for k, v in sorted(
+                        worst[4].items(), key=lambda kv: -kv[1])} if worst else {},
+                    "max_without_fork_ms": without_fork / 1e6}}
 
 
 def lost_after(events: list, stats: dict, text_lost: dict) -> int | None:
@@ -634,6 +683,45 @@ def slow_lines(mode: str, att: dict, cap: int = PRINT_SLOW) -> list:
         lines.append(f"  {r['latency_ms']:8.1f} ms {r['op']}: {parts}")
     if len(slow) > cap:
         lines.append(f"  ... {len(slow) - cap} more in the run's record")
+    return lines
+
+
+def own_lines(mode: str, att: dict) -> list:
+    """The fork mechanism's own work in the snapshot window's requests."""
+    o = att.get("own")
+    if not o or not o["requests"]:
+        return []
+    parts = ", ".join(f"{k} {v:.2f}" for k, v in o["max_causes_ms"].items())
+    return [f"{mode}: the fork's own work (fork(), synchronizations, the child's table copy, "
+            f"copy helpers) delayed {o['over_limit']} of {o['requests']} requests by over "
+            f"{o['limit_ms']:g} ms; at most {o['max_ms']:.2f} ms"
+            + (f" ({parts})" if parts else "")
+            + f"; without fork() itself at most {o['max_without_fork_ms']:.2f} ms"]
+
+
+def own_table(configs: list) -> list:
+    """Lines of one table over a benchmark's configurations [(name, {mode:
+    attribution})]: per mode, the requests the fork's own work delayed by
+    over the limit, its most for one request, and that without fork()."""
+    rows = [(name, atts) for name, atts in configs
+            if any(a.get("own", {}).get("requests") for a in atts.values())]
+    if not rows:
+        return []
+    modes = [m for m in ("default", "async") if any(m in a for _, a in rows)]
+    lines = [f"the fork's own work in each request (fork(), synchronizations, the child's "
+             f"table copy): requests delayed over {OWN_LIMIT_NS / 1e6:g} ms, the most for one "
+             f"request, the most without fork() itself",
+             f"{'configuration':<24}" + "".join(f" | {m:^36}" for m in modes),
+             f"{'':<24}" + "".join(f" | {'over':>13} {'max ms':>10} {'w/o fork':>11}"
+                                   for _ in modes)]
+    for name, atts in rows:
+        cells = ""
+        for m in modes:
+            o = atts.get(m, {}).get("own")
+            cells += (f" | {o['over_limit']:>6}/{o['requests']:<6} {o['max_ms']:>10.2f} "
+                      f"{o['max_without_fork_ms']:>11.2f}" if o and o["requests"]
+                      else f" | {'-':>36}")
+        lines.append(f"{name:<24}{cells}")
     return lines
 
 
@@ -708,7 +796,7 @@ def print_report(atts: dict) -> None:
         if "error" in att:
             print(f"{mode}: no attribution: {att['error']}")
             continue
-        for line in warning_lines(mode, att) + slow_lines(mode, att):
+        for line in warning_lines(mode, att) + own_lines(mode, att) + slow_lines(mode, att):
             print(line)
     lines = mode_table(atts)
     if lines:
