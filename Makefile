@@ -34,7 +34,7 @@
 #   make deb            kernel packages from Debian's config (FLAVOUR=cloud-amd64 or amd64, ARCH=arm64:
 #                       cloud-arm64 or arm64, cross-built; DEB_DBG=0; hours)
 #   make deb-config     only the packaged kernel's .config, checked against Debian's
-#   make test-deb       boot the package make deb built and run the snapshot tests on it (~1 h)
+#   make test-deb       boot the package make deb built and run the snapshot tests on it (~1 h; ARCH=arm64 too)
 #   make tools-deb      only the async-fork-tools package (seconds)
 #   make virtiofsd      build virtio-fs's daemon into $(BUILD)/tools (make test-deb needs it)
 #   make clean          remove the built kernels, programs, packages and results from $(BUILD)
@@ -180,8 +180,7 @@ deb: source tools-deb $(if $(ARM64),arm64-root)
 deb-config: source $(if $(ARM64),arm64-root)
 	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
 
-test-deb: selftests virtiofsd
-	@$(X86_ONLY)
+test-deb: selftests virtiofsd $(if $(ARM64),arm64-root)
 	@$(PYTHON) -m asyncfork.deb_suite --flavour $(FLAVOUR) --build $(BUILD)
 
 # Debian's cloud kernels have no 9p: their guests see the root through

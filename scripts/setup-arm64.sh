@@ -43,12 +43,15 @@ host_packages=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linu
 	       liburing-dev:arm64 libhiredis-dev:arm64 libnuma-dev:arm64
 	       gcc-arm-linux-gnueabihf libssl-dev:arm64)
 # The guest: virtme-ng's bash init for a foreign architecture (virtme-init:
-# bash, util-linux, mount, udev, iproute2, busybox for udhcpc), the guest
+# bash, util-linux, mount, udev, iproute2, busybox for udhcpc; a static
+# busybox, because a kernel without 9p (Debian's cloud-arm64, make test-deb
+# ARCH=arm64) mounts its root over virtio-fs from an initramfs that
+# virtme-ng makes from the root's busybox), the guest
 # tests (tests/guest/*.sh, python/asyncfork/suite.py: sysctl, free,
 # stress-ng, losetup, mkswap, timeout), Redis and Python for the digest
 # check and the demo, and the libraries the mm selftests and the bench
 # programs link against.
-root_packages=(bash coreutils util-linux mount procps kmod udev iproute2 busybox
+root_packages=(bash coreutils util-linux mount procps kmod udev iproute2 busybox-static
 	       python3 python3-redis redis-server redis-tools stress-ng
 	       libnuma1 libcap2 liburing2 libhiredis0.14)
 read -r -a extra <<< "${ARM64_EXTRA_PACKAGES:-}"

@@ -96,3 +96,27 @@ def test_walkers_check_wants_damon_to_try_and_page_out(tmp_path):
     out = walkers_verdicts(tmp_path, acted)
     assert "ok 3 DAMON reclaim tried regions and paged out" in out
     assert "not ok" not in out
+
+
+def test_each_architecture_its_flavour_and_tcg_threads():
+    assert deb_suite.default_flavour("x86") == "cloud-amd64"
+    assert deb_suite.default_flavour("arm64") == "cloud-arm64"
+    # The int3 oops under multi-threaded TCG is x86's: one thread there only.
+    assert deb_suite.tcg_single("x86") and not deb_suite.tcg_single("arm64")
+
+
+def test_modules_linked_into_a_foreign_root(tmp_path):
+    unpacked, guest = tmp_path / "root", tmp_path / "arm64-root"
+    with pytest.raises(SystemExit, match="one lib/modules"):
+        deb_suite.link_modules(unpacked, guest)
+    mods = unpacked / "lib/modules/6.12.117-asyncfork-cloud-arm64"
+    mods.mkdir(parents=True)
+    (mods / "modules.dep").touch()
+    link = deb_suite.link_modules(unpacked, guest)
+    assert link == guest / "lib/modules/6.12.117-asyncfork-cloud-arm64"
+    assert link.resolve() == mods.resolve()
+    assert deb_suite.link_modules(unpacked, guest) == link     # again: replaced
+    link.unlink()
+    link.mkdir()
+    with pytest.raises(SystemExit, match="not the link test-deb makes"):
+        deb_suite.link_modules(unpacked, guest)
