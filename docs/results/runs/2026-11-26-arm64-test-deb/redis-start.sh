@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-2.0
 # Redis's arm64 start-up check under the walkers of test-deb, Async-fork
 # off and on, KSM merging for Redis on and off: how often it refuses.
 cd /work/main/build/scratch-a64redis || exit 1
