@@ -176,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     build = Path(a.build)
     deb = find_package(build / "debs" / a.flavour)
     image = unpack(deb, build / "test-deb" / a.flavour)
-    if paths.foreign():
-        link_modules(build / "test-deb" / a.flavour / "root", vm.ARM64_ROOT)
     missing = programs.missing(shipped_programs(a.stress_seconds))
     if missing:
         print(f"test-deb: not built: {', '.join(missing)}: run 'make test-deb'", file=sys.stderr)
         return 2
+    if paths.foreign():
+        link_modules(build / "test-deb" / a.flavour / "root", vm.ARM64_ROOT)
     print(f"test-deb: {deb.name}: booting {image.name} with its modules, twice", flush=True)
     start = time.time()
     single = tcg_single(paths.ARCH)
