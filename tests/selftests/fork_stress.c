@@ -171,7 +171,8 @@ static atomic_long op_count[NR_OPS];
 static atomic_long parent_bad, fork_failed;
 static long forks, children_ok, children_bad, children_killed;
 /* The parent's forks, counted under fork_lock: see fork_checker(). */
-static long forks_made, forks_deferred, maps_any, maps_small;
+static long forks_made, forks_deferred, forks_fell_back, forks_empty;
+static long maps_any, maps_small;
 static int forks_fd = -1;	/* serializes fork() in the process tree */
 static int reports_left = REPORTS;
 static char *snapbuf;		/* where a child reads its snapshot */
@@ -369,9 +370,10 @@ out:
 }
 
 /* The Async-fork counters of /proc/vmstat, -1 for those the kernel lacks. */
-enum { AF_FORKS, AF_SYNCS, AF_CHILD, AF_ERRORS, NR_AF };
+enum { AF_FORKS, AF_SYNCS, AF_CHILD, AF_ERRORS, AF_FALLBACK, AF_EMPTY, NR_AF };
 static const char *const af_name[NR_AF] = {
 	"async_fork", "async_fork_pmd_sync", "async_fork_pmd_child", "async_fork_error",
+	"async_fork_fallback", "async_fork_empty",
 };
 
 static bool af_line(char *line, void *arg)
@@ -393,6 +395,11 @@ static void read_af(long c[NR_AF])
 	for (int i = 0; i < NR_AF; i++)
 		c[i] = -1;
 	read_lines("/proc/vmstat", af_line, c);
+}
+
+static bool moved(const long before[NR_AF], const long after[NR_AF], int i)
+{
+	return before[i] >= 0 && after[i] > before[i];
 }
 
 /*
@@ -965,7 +972,9 @@ static pid_t fork_checker(int depth, uint64_t rng)
 	close(fd);
 	if (depth == 1 && pid > 0) {
 		forks_made++;
-		forks_deferred += before[AF_FORKS] >= 0 && after[AF_FORKS] > before[AF_FORKS];
+		forks_deferred += moved(before, after, AF_FORKS);
+		forks_fell_back += moved(before, after, AF_FALLBACK);
+		forks_empty += moved(before, after, AF_EMPTY);
 		maps_any += scan.any;
 		maps_small += scan.small;
 	}
@@ -1410,6 +1419,7 @@ static void usage(const char *prog)
 		"  -d  O_DIRECT reads from a loop device into the memory (pins)\n"
 		"  -a  the forks must be asynchronous (vm.async_fork=2)\n"
 		"  -D  with -a, at least PERCENT%% of the forks must defer page tables\n"
+		"      (one fork excepted, and those that fell back for want of memory)\n"
 		"  -P  debug: count the forks at which /proc/self/smaps shows a whole PMD\n"
 		"      of a region, not huge, in a private anonymous VMA (for kernels\n"
 		"      without Async-fork)\n"
@@ -1614,6 +1624,10 @@ int main(int argc, char **argv)
 	printf("fork_stress: forks %ld, deferred %ld (%ld%%), syncs %ld, child copies %ld, errors %ld\n",
 	       forks_made, forks_deferred, forks_made ? 100 * forks_deferred / forks_made : 0,
 	       d[AF_SYNCS], d[AF_CHILD], d[AF_ERRORS]);
+	if (forks_made > forks_deferred)
+		ksft_print_msg("not deferred: %ld found nothing to defer, %ld fell back (pin, no memory), %ld neither\n",
+			       forks_empty, forks_fell_back,
+			       forks_made - forks_deferred - forks_empty - forks_fell_back);
 
 	if (children_bad || !forks)
 		ksft_test_result_fail("snapshots exact: %ld of %ld children found a difference\n",
@@ -1635,9 +1649,20 @@ int main(int argc, char **argv)
 			ksft_print_msg("no fork deferred a page table, or no child copied one\n");
 			ok = false;
 		}
-		if (opt.expect_async && forks_deferred * 100 < (long)opt.defer_pct * forks_made) {
-			ksft_print_msg("%ld of %ld forks deferred page tables, fewer than %d%%\n",
-				       forks_deferred, forks_made, opt.defer_pct);
+		/*
+		 * A fork falls back (kernel's own counter) when it cannot
+		 * allocate its context, which a memory cgroup at its limit may
+		 * refuse: that is correct, not a gap in coverage.  Of the other
+		 * forks, all but one must defer at the rate asked for: a short
+		 * run on a slow machine makes few forks, and one whose regions
+		 * were all being remapped at that moment is chance, not the
+		 * layout that once left nine forks in ten with nothing to defer.
+		 */
+		long judged = forks_made - forks_fell_back;
+
+		if (opt.expect_async && (forks_deferred + 1) * 100 < (long)opt.defer_pct * judged) {
+			ksft_print_msg("%ld of %ld forks deferred page tables, fewer than %d%% beyond one\n",
+				       forks_deferred, judged, opt.defer_pct);
 			ok = false;
 		}
 		/* Every failure kills a child or fails a fork, and is counted. */
