@@ -45,12 +45,21 @@ def test_trace_reads_server_events_and_syscalls(tmp_path, monkeypatch):
     fake_tracefs(tmp_path)
     t = redis_snapshot.Trace(True)
     assert t.ok and t.syscalls
+    # The events go on once, before the run, recording off and nothing
+    # passing the filter: start() and stop() must patch no kernel text.
+    enable = tmp_path / "events/raw_syscalls/sys_exit/enable"
+    assert enable.read_text() == "1"
+    assert (tmp_path / "tracing_on").read_text() == "0"
+    assert (tmp_path / "events/raw_syscalls/sys_enter/filter").read_text() == \
+        "common_pid == 0 && id == -1"
+    enable.write_text("unchanged")
     t.start(PID)
     filt = (tmp_path / "events/raw_syscalls/sys_enter/filter").read_text()
     assert filt.startswith(f"common_pid == {PID} && ") and "id != 232" in filt
     (tmp_path / "trace").write_text(TRACE)     # start() emptied it
     ev = t.stop(PID)
-    assert (tmp_path / "events/raw_syscalls/sys_exit/enable").read_text() == "0"
+    assert enable.read_text() == "unchanged"
+    assert (tmp_path / "tracing_on").read_text() == "0"
 
     assert [f["pmds"] for f in ev["forks"]] == [512]
     # Only the server's mm: the other process's sync is not an interruption.
@@ -95,3 +104,4 @@ def test_syscalls_before_the_snapshot_do_not_count(tmp_path, monkeypatch):
     ev = t.stop(PID, since_ns=1 << 62)
     assert ev["syscalls"] == {}
     assert len(ev["syncs"]) == 1 and len(ev["forks"]) == 1
+

@@ -237,6 +237,15 @@ class Trace:
                 settings.mkdir(self.dir)
         self.ok = enabled and (self.dir / "events/async_fork").is_dir()
         self.syscalls = self.ok and (self.dir / "events/raw_syscalls").is_dir()
+        if self.ok:
+            # Switched on once, here, before the server runs, and off only
+            # when the instance goes: switching a tracepoint patches kernel
+            # text, and with QEMU's multi-threaded TCG a vCPU can still run
+            # the int3 of a patch that has ended (an "Oops: int3" in
+            # ttwu_do_wakeup(), docs/findings/distro-kernel-test-deb.md).
+            # start() and stop() only filter and turn recording on and off.
+            self._write("tracing_on", "0")
+            self._set(None)
 
     def check_attribution(self) -> None:
         if not (self.tracefs / "events").is_dir():
@@ -258,26 +267,30 @@ class Trace:
         write(self.dir / name, value, save=False)
 
     def _set(self, pid: int | None, loadgen: int | None = None) -> None:
-        on = "0" if pid is None else "1"
-        for e in self.EVENTS:
-            self._write(f"events/async_fork/{e}/enable", on)
+        """pid None: every event on, unfiltered (recording is off); else
+        the filters for the server @pid and the load generator."""
+        if pid is None:
+            for e in self.EVENTS:
+                self._write(f"events/async_fork/{e}/enable", "1")
         if self.attribute:
             # Every syscall of the server (and the other events) for the analysis.
             for e, f in attribution.filters(pid or 0, loadgen or 0).items():
-                if f and pid is not None:
+                if pid is None:
+                    self._write(f"events/{e}/enable", "1")
+                elif f:
                     self._write(f"events/{e}/filter", f)
-                self._write(f"events/{e}/enable", on)
             return
         if not self.syscalls:
             return
         for e in self.RAW:
             d = f"events/raw_syscalls/{e}"
-            if pid is not None:
+            if pid is None:
+                # A filter that no event passes until start() sets the server's.
+                self._write(f"{d}/filter", "common_pid == 0 && id == -1")
+                self._write(f"{d}/enable", "1")
+            else:
                 self._write(f"{d}/filter", f"common_pid == {pid} && " +
                             " && ".join(f"id != {n}" for n in UNTRACED))
-            self._write(f"{d}/enable", on)
-            if pid is None:
-                self._write(f"{d}/filter", "0")
 
     def _buffer_kb(self) -> int:
         if not self.attribute:
@@ -332,7 +345,6 @@ class Trace:
             lines = self._save(name)
         else:
             lines = (self.dir / "trace").read_text().splitlines()
-        self._set(None)
         out = {"forks": [], "syncs": [], "child": [], "fallbacks": [],
                "lost": False, "syscalls": {} if self.syscalls else None}
         mms = set()
@@ -413,9 +425,9 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
         set_log=sets))
     children.append(lg)
     say(f"{mode}: memory.async_fork={MODES[mode]}, load at {a.rate}/s, {a.baseline} s without a snapshot, then BGSAVE")
-    # Tracing starts a little before BGSAVE: switching tracepoints on
-    # patches kernel text, a stall of its own that must not fall into the
-    # snapshot (nor into the window before it, which ends earlier).
+    # Recording starts a little before BGSAVE, so that the trace holds the
+    # snapshot and the seconds before it (the events have been on since
+    # the Trace was made: no text patching here, in either window).
     time.sleep(max(0.0, a.baseline - TRACE_LEAD_S))
     trace.start(pid, lg.pid)
     time.sleep(min(a.baseline, TRACE_LEAD_S))
