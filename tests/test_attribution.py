@@ -477,3 +477,25 @@ def test_the_forks_own_work_table_over_configurations():
     assert lines[3].split("|")[1].split() == ["-"]
     assert lines[3].split("|")[2].split() == ["2/10", "4.50", "0.75"]
     assert attribution.own_table([("x", {"async": {"error": "not traced"}})]) == []
+
+
+def test_the_groups_of_causes_add_up_per_mode():
+    tail = [{"cause": "syscall: clone (fork)", "ms": 1, "share": 0.05},
+            {"cause": "fault: sync", "ms": 1, "share": 0.10},
+            {"cause": attribution.CHILD_COPYING, "ms": 1, "share": 0.05},
+            {"cause": "fault: COW", "ms": 1, "share": 0.20},
+            {"cause": "user space", "ms": 1, "share": 0.15},
+            {"cause": "syscall: write", "ms": 1, "share": 0.10},
+            {"cause": "mmap_lock wait", "ms": 1, "share": 0.05},
+            {"cause": "runnable: the load generator", "ms": 1, "share": 0.20},
+            {"cause": "client: load generator sleeping", "ms": 1, "share": 0.05},
+            {"cause": "unexplained", "ms": 1, "share": 0.05}]
+    lines = attribution.group_table([("2048M-set80-c1-t1", {"async": {"tail": tail},
+                                                            "default": {"error": "not traced"}})])
+    assert len(lines) == 3
+    head = lines[1].split()
+    assert head[:2] == ["configuration", "mode"] and "Async-fork" in head
+    cells = lines[2].split()
+    assert cells[:2] == ["2048M-set80-c1-t1", "async"]
+    assert [float(c.rstrip("%")) for c in cells[2:]] == [5.0, 15.0, 20.0, 30.0, 20.0, 5.0, 5.0]
+    assert attribution.group_table([("x", {"async": {"error": "not traced"}})]) == []

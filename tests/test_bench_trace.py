@@ -7,6 +7,10 @@ syscall stall that must show as the longest besides fork()."""
 
 
 
+import os
+import subprocess
+import time
+
 from asyncfork import demo
 from asyncfork import redis_snapshot
 
@@ -105,3 +109,32 @@ def test_syscalls_before_the_snapshot_do_not_count(tmp_path, monkeypatch):
     assert ev["syscalls"] == {}
     assert len(ev["syncs"]) == 1 and len(ev["forks"]) == 1
 
+
+class Done:
+    """A server whose BGSAVE is already done when asked."""
+    asked = 0
+
+    def info(self, section):
+        self.asked += 1
+        return {"rdb_bgsave_in_progress": 0}
+
+
+def test_wait_snapshot_sleeps_until_the_child_exits():
+    # The harness's own "snapshot child": forked by this (main) thread.
+    me = os.getpid()
+    before = redis_snapshot.children_of(me)
+    child = subprocess.Popen(["sleep", "0.5"])
+    try:
+        assert child.pid in redis_snapshot.children_of(me) - before
+        r, t0 = Done(), time.monotonic()
+        redis_snapshot.wait_snapshot(r, me, before)
+        # Asleep on the pidfd, then one question: not every 50 ms.
+        assert time.monotonic() - t0 >= 0.4 and r.asked == 1
+        assert child.poll() is not None
+    finally:
+        child.kill()
+        child.wait()
+    # No child to wait for: the server is asked at once.
+    r = Done()
+    redis_snapshot.wait_snapshot(r, me, redis_snapshot.children_of(me))
+    assert r.asked == 1

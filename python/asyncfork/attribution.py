@@ -725,6 +725,48 @@ def own_table(configs: list) -> list:
     return lines
 
 
+# The groups of causes docs/findings/snapshot-tail.md reports: what the
+# fork itself, Async-fork and the snapshot each cost, and what the machine.
+GROUPS = ("fork()", "Async-fork", "COW faults", "server's own work",
+          "waiting for a CPU", "client side", "unexplained")
+
+
+def group(cause: str) -> str:
+    if cause.endswith("(fork)"):
+        return "fork()"
+    if cause in OWN_WORK:
+        return "Async-fork"
+    if cause == "fault: COW":
+        return "COW faults"
+    if cause.startswith("runnable:"):
+        return "waiting for a CPU"
+    if cause.startswith("client:"):
+        return "client side"
+    if cause == "unexplained":
+        return cause
+    # User space, syscalls, other faults, mmap_lock waits: the server's
+    # own work, mostly on the requests queued ahead of this one.
+    return "server's own work"
+
+
+def group_table(configs: list) -> list:
+    """Lines of one table over configurations [(name, {mode: attribution})]:
+    the share of each group of causes in the tail's time, per mode."""
+    rows = [(name, m, att) for name, atts in configs for m, att in atts.items()
+            if att.get("tail")]
+    if not rows:
+        return []
+    lines = ["the slowest 1% of the snapshot window, by group of causes (share of its time)",
+             f"{'configuration':<24} {'mode':<8}" + "".join(f" {g:>7}" for g in GROUPS)]
+    for name, m, att in rows:
+        share = dict.fromkeys(GROUPS, 0.0)
+        for r in att["tail"]:
+            share[group(r["cause"])] += r["share"]
+        lines.append(f"{name:<24} {m:<8}" + "".join(f" {share[g]:>{max(len(g), 7)}.1%}"
+                                                      for g in GROUPS))
+    return lines
+
+
 def warning_lines(mode: str, att: dict) -> list:
     out = []
     if att["lost_events"]:

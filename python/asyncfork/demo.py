@@ -219,6 +219,10 @@ def print_table(record: dict) -> None:
     atts = {m: t["attribution"] for m, t in table.items() if "attribution" in t}
     if atts:
         attribution.print_report(atts)
+        groups = attribution.group_table([("this run", atts)])
+        if groups:
+            print()
+            print("\n".join(groups))
     if "default" in table and "async" in table:
         d, a = table["default"], table["async"]
         print(f"\nfork(): {d['fork_ms']:.2f} ms default, {a['fork_ms']:.3f} ms Async-fork, "

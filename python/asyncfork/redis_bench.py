@@ -210,11 +210,12 @@ def report(out: Path, record_dir: Path | None = None, seconds: float | None = No
         if atts:
             print(f"\n== {row['config']['name']}: where the time went (--attribute)")
             attribution.print_report(atts)
-    own = attribution.own_table([(r["config"]["name"], {
-        m: t["attribution"] for m, t in r["table"].items() if "attribution" in t}) for r in rows])
-    if own:
-        print()
-        print("\n".join(own))
+    atts = [(r["config"]["name"], {m: t["attribution"] for m, t in r["table"].items()
+                                    if "attribution" in t}) for r in rows]
+    for lines in (attribution.group_table(atts), attribution.own_table(atts)):
+        if lines:
+            print()
+            print("\n".join(lines))
     for png in (plots.redis_fork_vs_size(out / "fork-vs-size.png", record),
                 plots.redis_copy_threads(out / "copy-threads.png", record),
                 plots.redis_interruptions(out / "interruptions.png", record)):

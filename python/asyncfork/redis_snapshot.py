@@ -37,6 +37,7 @@ Everything measured goes to OUT/result.json with the loadgen logs.
 import argparse
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -414,6 +415,34 @@ def read_sets(path: Path) -> list:
     return sets
 
 
+def children_of(pid: int) -> set:
+    """The children @pid's main thread forked (CONFIG_PROC_CHILDREN, which
+    Debian's configs and ours set; empty without it)."""
+    try:
+        return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
+def wait_snapshot(r, pid: int, before: set) -> None:
+    """Until the server says its BGSAVE is done: asleep on the snapshot
+    child's pidfd while it runs, then asking every 50 ms while the server
+    finishes (all along if the child cannot be found).  Asking all along
+    took the server's CPU on a 2-vCPU guest: the harness was 7-20% of
+    Async-fork's tail (docs/findings/snapshot-tail.md)."""
+    for child in children_of(pid) - before:
+        try:
+            fd = os.pidfd_open(child)
+        except OSError:     # gone already
+            continue
+        try:
+            select.select([fd], [], [])
+        finally:
+            os.close(fd)
+    while r.info("persistence")["rdb_bgsave_in_progress"]:
+        time.sleep(0.05)
+
+
 def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     if CGROUP:
         write(CGROUP / "memory.async_fork", str(MODES[mode]))
@@ -433,11 +462,11 @@ def run_mode(r, mode, a, keys, bench, trace, pid) -> dict:
     time.sleep(min(a.baseline, TRACE_LEAD_S))
     if lg.poll() is not None:
         fail(f"loadgen exited early ({lg.returncode})")
+    before = children_of(pid)
     t_sent = time.time_ns()
     r.bgsave()
     t_reply = time.time_ns()
-    while r.info("persistence")["rdb_bgsave_in_progress"]:
-        time.sleep(0.05)
+    wait_snapshot(r, pid, before)
     t_done = time.time_ns()
     events = trace.stop(pid, t_sent, f"trace-{mode}.txt")
     time.sleep(1)
