@@ -16,8 +16,10 @@ asyncfork.redis_snapshot) records, besides Async-fork's tracepoints:
     like the others, so it goes into the same instance, with the same
     clock, filter (the server's pid) and buffer, and it leaves the
     instance's tracer (nop) alone; function_graph would be a second
-    tracer with its own output format.  A fault is "sync" if an
-    async_fork_sync of the server falls inside it;
+    tracer with its own output format.  An async_fork_sync of the
+    server inside a fault is "fault: sync" for its own duration (the
+    tracepoint's, lock waits included); the rest of the fault is the
+    fault's (COW or other);
   * mmap_lock:mmap_lock_start_locking / acquire_returned of the server
     (the time between them is a wait for the mmap_lock).
 
@@ -217,11 +219,8 @@ def clock_offset(events: list, t1: int, t2: int) -> int | None:
 @dataclass
 class Fault:
     error_code: int
-    sync: bool = False
 
     def cause(self) -> str:
-        if self.sync:
-            return "fault: sync"
         # Present (bit 0) and write (bit 1): a write to a write-protected page.
         return "fault: COW" if self.error_code & 3 == 3 else "fault: other"
 
@@ -257,8 +256,12 @@ class Thread:
             return self.wait
         if self.lock:
             return "mmap_lock wait"
-        if self.sync and not self.fault:
-            return "sync outside a fault"
+        # A synchronization is its own time only: the rest of the fault
+        # around it (the copy-on-write of the faulting page, which the
+        # default fork's write-protected PTE would have caused as well) is
+        # the fault's.
+        if self.sync:
+            return "fault: sync" if self.fault else "sync outside a fault"
         if self.fault:
             return self.fault
         if self.sched == "sleep":
@@ -392,8 +395,6 @@ class Timeline:
         elif e.name == "sync_start":
             t.cut(e.ts)
             t.sync += 1
-            if t.fault:
-                t.fault.sync = True
         elif e.name == "async_fork_sync":
             t.cut(e.ts)
             t.sync = max(0, t.sync - 1)
