@@ -201,7 +201,8 @@ def report(out: Path, record_dir: Path | None = None, seconds: float | None = No
         table = demo.analyse(d, result)
         ok &= all(t["rdb_exact"] for t in table.values())
         rows.append({"config": config, "table": table})
-    record = {**meta, "runs": rows}
+    # The analysis's own commit: --report may analyse a run again later.
+    record = {**meta, "runs": rows, "analysed_commit": vm.git_describe()}
     if seconds is not None:
         record["seconds"] = round(seconds, 1)
     print_tables(rows, meta["rate"])
