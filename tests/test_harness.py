@@ -15,9 +15,16 @@ from asyncfork import vm
 from conftest import BUILD, TOP
 
 
+# What a make running this suite passes down (make test ARCH=arm64 exports
+# ARCH, and MAKEFLAGS carries its command-line variables): each test says
+# the variables it means.
+INHERITED = ("ARCH", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+
+
 def sh(*args, env=None, **kw):
+    base = {k: v for k, v in os.environ.items() if k not in INHERITED}
     return subprocess.run(args, cwd=TOP, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300, **kw)
+                          env={**base, **(env or {})}, timeout=300, **kw)
 
 
 def one_line_error(p):
