@@ -79,3 +79,18 @@ def test_redis_bench_grid_is_every_size_with_every_client_count():
         (1024, 1), (1024, 32), (2048, 1), (2048, 32), (4096, 1), (4096, 32)]
     assert all(c["modes"] == "default,async" and c["threads"] == 1 and c["set_ratio"] == 0.8
                for c in grid)
+
+
+def test_redis_bench_record_leaves_the_bands_out():
+    # The timeline bands are for the demo's plot; a bench-redis record keeps
+    # everything else of each mode's attribution.
+    from asyncfork import redis_bench
+    att = {"tail": [{"cause": "fork()", "ms": 1.0}], "slow": [], "bands": {"fork()": [(0, 1)]}}
+    rows = [{"config": {"name": "a"}, "table": {"default": {"fork_ms": 9, "attribution": att},
+                                                "async": {"fork_ms": 1}}}]
+    record = redis_bench.record_of({"kind": "bench-redis"}, rows)
+    got = record["runs"][0]["table"]
+    assert got["default"]["attribution"] == {"tail": att["tail"], "slow": []}
+    assert got["default"]["fork_ms"] == 9 and got["async"] == {"fork_ms": 1}
+    assert record["kind"] == "bench-redis" and "analysed_commit" in record
+    assert "bands" in rows[0]["table"]["default"]["attribution"]  # the run's own copy

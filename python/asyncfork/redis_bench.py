@@ -201,8 +201,7 @@ def report(out: Path, record_dir: Path | None = None, seconds: float | None = No
         table = demo.analyse(d, result)
         ok &= all(t["rdb_exact"] for t in table.values())
         rows.append({"config": config, "table": table})
-    # The analysis's own commit: --report may analyse a run again later.
-    record = {**meta, "runs": rows, "analysed_commit": vm.git_describe()}
+    record = record_of(meta, rows)
     if seconds is not None:
         record["seconds"] = round(seconds, 1)
     print_tables(rows, meta["rate"])
@@ -230,6 +229,19 @@ def report(out: Path, record_dir: Path | None = None, seconds: float | None = No
         print("note: this guest runs under TCG emulation; compare the modes of one "
               "configuration, not absolute times.")
     return ok
+
+
+def record_of(meta: dict, rows: list) -> dict:
+    """The run's record: its metadata and each configuration's analysis,
+    with the analysis's own commit (--report may analyse a run again later).
+    The attribution's timeline bands stay out: only the demo plots them, and
+    they were nine tenths of a record (5 MB for a grid)."""
+    def lean(table: dict) -> dict:
+        return {m: {**t, "attribution": {k: v for k, v in t["attribution"].items()
+                                         if k != "bands"}} if "attribution" in t else t
+                for m, t in table.items()}
+    return {**meta, "runs": [{**r, "table": lean(r["table"])} for r in rows],
+            "analysed_commit": vm.git_describe()}
 
 
 def ratio(x, y) -> str:
