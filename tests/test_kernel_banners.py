@@ -323,3 +323,26 @@ def test_program_output_without_newline_keeps_the_report():
             "progress: 10 of 20[  412.301236] WARNING: inconsistent lock state\n")
     reps = vm.kernel_reports(text)
     assert len(reps) == 1 and reps[0].startswith("WARNING: inconsistent lock state"), reps
+
+
+# What test_harness.py's guest test provokes (echo WARNING >
+# /sys/kernel/debug/provoke-crash/DIRECT): drivers/misc/lkdtm/core.c's line,
+# then lkdtm_WARNING()'s WARN_ON() (drivers/misc/lkdtm/bugs.c, kernel/panic.c).
+LKDTM_WARNING = console([
+    "run-suite: inject_warn (run 1)",
+    "lkdtm: Performing direct entry WARNING",
+    "------------[ cut here ]------------",
+    "WARNING: CPU: 1 PID: 231 at drivers/misc/lkdtm/bugs.c:112 lkdtm_WARNING+0x12/0x20",
+    "Modules linked in:",
+    "CPU: 1 UID: 0 PID: 231 Comm: bash Not tainted 6.12.117-asyncfork-debug #1",
+    "RIP: 0010:lkdtm_WARNING+0x12/0x20",
+    "---[ end trace 0000000000000000 ]---",
+], start=31.200101)
+
+
+def test_injected_lkdtm_warning_is_one_report_naming_lkdtm():
+    """The deliberate WARN of test_injected_warn_fails_the_program is still
+    found, with the evidence that test asserts ("WARNING", "lkdtm")."""
+    rep, = vm.kernel_reports(LKDTM_WARNING)
+    assert rep.startswith("------------[ cut here ]------------\nWARNING: CPU: 1 PID: 231 at ")
+    assert "lkdtm" in rep.lower()
