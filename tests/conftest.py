@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncfork import paths, programs, suite, vm
+from asyncfork import paths, programs, skips, suite, vm
 # The tests take the checkout and the build folder from here.
 from asyncfork.paths import BUILD as BUILD
 from asyncfork.paths import TOP as TOP
@@ -66,6 +66,26 @@ def kernel(request) -> Path:
 
 OWN_PROGRAMS = programs.own_programs()
 upstream_programs = programs.upstream_programs
+# The kselftests of the project's patches that run from the upstream list
+# (madv_free_fork): judged case by case as OWN_PROGRAMS are.
+OWN_SELFTESTS = programs.own_selftests()
+
+
+def suite_config(config) -> str:
+    """The configuration of the suite boot, for asyncfork.skips: ARCH/NAME
+    of the kernel folder (make test: x86/debug, arm64/debug)."""
+    name = Path(config.getoption("--kernel")).name
+    return skips.config(name.removeprefix(f"{paths.ARCH}-"))
+
+
+def is_own(name: str) -> bool:
+    """A suite program the project wrote (asyncfork.skips applies)."""
+    return (name in {p.name for p in OWN_PROGRAMS}
+            or programs.base_name(name) in OWN_SELFTESTS)
+
+
+# The suite boot, once the guest fixture ran: its skips are printed at the end.
+_suite_runs: list[suite.SuiteRun] = []
 
 
 @pytest.fixture(scope="session")
@@ -93,6 +113,7 @@ def guest(request, kernel) -> suite.SuiteRun:
         boot_timeout=180 * slow)
     sys.stderr.write(f"\nsuite boot: {run.kernelrelease}, {run.vm.elapsed:.0f} s, "
                      f"results in {run.outdir}\n")
+    _suite_runs.append(run)
     return run
 
 
@@ -100,3 +121,24 @@ def pytest_terminal_summary(terminalreporter, config):
     k = Path(config.getoption("--kernel"))
     terminalreporter.write_line(f"kernel under test: {vm.kernel_release(k)} "
                                 f"(project {vm.git_describe()})")
+    for run in _suite_runs:
+        for line in skip_summary(run, suite_config(config)):
+            terminalreporter.write_line(line)
+
+
+def skip_summary(run: suite.SuiteRun, config: str) -> list[str]:
+    """The skipped cases of the suite boot, counted: the project's
+    programs' with their reason from asyncfork.skips (or none), the
+    upstream programs' (judged by their baseline) as a number."""
+    own = upstream = 0
+    lines = []
+    for name, r in run.results.items():
+        if is_own(name):
+            s = skips.judge(config, name, r.cases)
+            own += s.count
+            lines += [f"  {name}: {c}: {why}" for c, why in s.allowed]
+            lines += [f"  {name}: {c}: NO REASON (fails the run)" for c in s.unexplained]
+        else:
+            upstream += sum(c.status == "skip" for c in r.cases)
+    return ([f"skipped cases on {config}: {own} of the project's programs, "
+             f"{upstream} of the upstream mm selftests (judged by their baseline)"] + lines)

@@ -5,8 +5,8 @@ import warnings
 
 import pytest
 
-from asyncfork import paths
-from conftest import OWN_PROGRAMS
+from asyncfork import skips
+from conftest import OWN_PROGRAMS, suite_config
 
 
 def test_guest_runs_patched_kernel(guest):
@@ -21,20 +21,15 @@ def test_boot_log_clean(guest):
     assert not reports, "kernel reports in the console log:\n\n" + "\n\n".join(reports)
 
 
-def allowed_skip(case: str) -> bool:
-    """A case the guest architecture cannot run: arm64 has no soft-dirty
-    tracking in 6.12 (no CONFIG_MEM_SOFT_DIRTY), and fork_snapshot says so."""
-    return paths.ARCH == "arm64" and case.endswith("parent_clear_refs_soft_dirty")
-
-
 @pytest.mark.parametrize("name", [p.name for p in OWN_PROGRAMS])
-def test_own_program(guest, name):
+def test_own_program(guest, name, request):
     problems = guest.problems(name)
     assert not problems, "\n".join(problems)
     r = guest.results[name]
     # Every variant must really run on the test kernel: a skipped THP
     # variant would leave that path untested while the run looks green.
-    skipped = [c.name for c in r.cases if c.status == "skip" and not allowed_skip(c.name)]
+    # A case the configuration cannot run is in asyncfork.skips, with why.
+    skipped = skips.judge(suite_config(request.config), name, r.cases).unexplained
     assert not skipped, f"cases skipped on the test kernel: {skipped}"
     for i, out in enumerate(r.failed_runs, 1):
         warnings.warn(f"{name}: run {i} of {len(r.failed_runs) + 1} failed and was repeated "

@@ -5,6 +5,9 @@ tests/baseline/upstream-mm.txt lists every case of every program with the
 status it had on the kernel without Async-fork ("make baseline" rewrites it).
 A case that passed there must pass here; a case that did not pass there
 (a test that needs hardware or settings the guest lacks) is reported only.
+A program that the project's own patches add (madv_free_fork, the test of
+kernel/patches/mm-fixes) must also exit 0 and pass every case, skips only
+as asyncfork.skips allows, whatever the baseline says.
 """
 
 import time
@@ -12,9 +15,9 @@ import warnings
 
 import pytest
 
-from asyncfork import paths, suite, vm
+from asyncfork import paths, programs, skips, suite, vm
 
-from conftest import TOP, upstream_programs
+from conftest import TOP, is_own, suite_config, upstream_programs
 
 # Each architecture has its own: the cases a guest can pass differ.
 BASELINE = TOP / ("tests/baseline/upstream-mm.txt" if paths.ARCH == "x86"
@@ -55,11 +58,24 @@ def test_upstream_mm(guest, name, request):
     assert not lost, (f"{name}: {len(lost)} baseline cases no longer pass:\n" +
                       "\n".join(f"  {c}: {now.get(c, 'missing')}" for c in lost) +
                       f"\noutput tail:\n{r.output[-3000:]}")
+    if is_own(name):
+        own_program_verdict(guest, name, suite_config(request.config))
     for i, out in enumerate(r.failed_runs, 1):
         flaky = [c.name for c in suite.parse_output(name, out) if c.status == "fail"]
         warnings.warn(f"{name}: run {i} of {len(r.failed_runs) + 1} failed and was repeated "
                       f"(retries= in tests/upstream_mm.list); its failed cases: "
                       f"{flaky or 'none reported'}; tail: {out[-300:]!r}")
+
+
+def own_program_verdict(guest: suite.SuiteRun, name: str, config: str) -> None:
+    """A kselftest of the project's patches (madv_free_fork: the tests of
+    kernel/patches/mm-fixes) is judged as the project's programs are,
+    whatever the baseline lists: its exit code, every case passed, and a
+    skip only with its reason in asyncfork.skips."""
+    problems = skips.verdict(guest, name, config)
+    assert not problems, (f"{name} is the project's own test "
+                          f"({', '.join(programs.OWN_SERIES)} patches): every case must pass\n"
+                          + "\n".join(problems))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,7 +17,9 @@ loads the modules the guest needs from the package's lib/modules), twice:
      last program checks that each of those walkers did act.
 
 Judged as the suite judges a program (exit code, KTAP cases, no kernel
-report in the log).  Writes BUILD/results/test-deb-FLAVOUR-DATE.json whether
+report in the log); a skipped case fails unless asyncfork.skips says why
+for this package (no fault injection, no GUP_TEST), and the record counts
+the skips.  Writes BUILD/results/test-deb-FLAVOUR-DATE.json whether
 it passed or not.
 """
 
@@ -29,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import paths, programs, results, soak, vm
+from asyncfork import paths, programs, results, skips, soak, vm
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD
 
@@ -138,20 +140,33 @@ def walker_programs(stress_seconds: int) -> list[harness.Program]:
     return progs
 
 
-def judge_boot(label: str, run: harness.SuiteRun, progs: list[harness.Program]) -> dict:
+def skip_config(flavour: str, arch: str | None = None) -> str:
+    """The package's configuration for asyncfork.skips: ARCH/deb-FLAVOUR."""
+    return skips.config(f"deb-{flavour}", arch)
+
+
+def judge_boot(label: str, run: harness.SuiteRun, progs: list[harness.Program],
+               config: str) -> dict:
+    """The record of one boot: each program judged as make soak judges it
+    (skips allowed only as asyncfork.skips says for @config), skips counted."""
     runs = soak.fork_stress_runs(run, progs)
-    problems = soak.judge(run, progs, runs)
+    problems = soak.judge(run, progs, runs, config)
     reports = run.vm.reports or []
-    soak.print_judgement(f"test-deb: {label}: ", run, progs, problems)
+    soak.print_judgement(f"test-deb: {label}: ", run, progs, problems, config)
     if reports:
         print(f"test-deb: {label}: kernel reports in the console log:\n" + "\n\n".join(reports))
+    skipped = skips.program_skips(run, [p.name for p in progs], config)
     return {
         "kernel": run.kernelrelease,
         "seconds": round(run.vm.elapsed, 1),
         "kernel_reports": len(reports),
+        "skip_config": config,
+        "skipped": sum(s.count for s in skipped.values()),
+        "skipped_unexplained": sum(len(s.unexplained) for s in skipped.values()),
         "passed": not any(problems.values()) and not reports,
         "programs": {p.name: {"passed": not problems[p.name],
                               "seconds": round(run.results[p.name].elapsed, 1),
+                              **skips.record(skipped.get(p.name, skips.Skips())),
                               "problems": [s.splitlines()[0] for s in problems[p.name]]}
                      for p in progs},
         "fork_stress_runs": runs,
@@ -190,12 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     run = harness.run_suite(image, progs, build / "results/test-deb-defaults",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
                             keep_thp=True, root_fs="virtiofs", tcg_single=single)
-    boots["defaults"] = judge_boot("defaults", run, progs)
+    config = skip_config(a.flavour)
+    boots["defaults"] = judge_boot("defaults", run, progs, config)
     progs = [cfs_bandwidth_on()] + walker_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-walkers",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
                             keep_thp=True, root_fs="virtiofs", tcg_single=single)
-    boots["walkers"] = judge_boot("walkers", run, progs)
+    boots["walkers"] = judge_boot("walkers", run, progs, config)
     finished = time.time()
     version = subprocess.run(["dpkg-deb", "-f", str(deb), "Version"], capture_output=True,
                              text=True, check=True).stdout.strip()

@@ -4,6 +4,7 @@
 Both run the same programs; the soak runs the randomized ones for longer.
 """
 
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -79,6 +80,26 @@ def own_programs() -> list[suite.Program]:
     ] + stress_programs(seconds=15, redis_snapshots=1, redis_keys=20000)
 
 
+# The patch series whose selftests are the project's own: Async-fork's and
+# the fixes to 6.12 (kernel/patches/selftests-mm only fixes upstream ones).
+OWN_SERIES = ("async-fork", "mm-fixes")
+TEST_GEN_RE = re.compile(r"^\+TEST_GEN_(?:FILES|PROGS)\s*\+?=\s*(\S+)\s*$", re.M)
+
+
+def own_selftests(patches: Path = TOP / "kernel/patches") -> set[str]:
+    """The kselftest programs that the project's patches add to the tree
+    (a "+TEST_GEN_FILES += NAME" line): every case of each must pass in
+    make test, as the project's programs must, wherever it runs from."""
+    return {m[1] for series in OWN_SERIES for f in sorted((patches / series).glob("*.patch"))
+            for m in TEST_GEN_RE.finditer(f.read_text(errors="replace"))}
+
+
+def base_name(program: str) -> str:
+    """The executable a suite program runs: its name without the "-2" of a
+    second run (suite.read_programs)."""
+    return re.sub(r"-\d+$", "", program)
+
+
 def upstream_programs(mode: int = 2) -> list[suite.Program]:
     """The upstream mm selftests, each run with vm.async_fork=@mode: 2 (every
     fork asynchronous) when testing, 0 when recording the baseline; the child
@@ -101,12 +122,16 @@ def last_command(command: str) -> list[str]:
     return words
 
 
+def executable(command: str) -> str:
+    """The program that @command runs last, past its environment settings."""
+    return next(w for w in last_command(command) if "=" not in w and w != "env")
+
+
 def missing(programs: list[suite.Program]) -> list[str]:
     """Executables of @programs that are not built or not installed."""
     gone = set()
     for p in programs:
-        words = last_command(p.command)
-        exe = next(w for w in words if "=" not in w and w != "env")
+        exe = executable(p.command)
         if not (Path(exe).exists() if "/" in exe else shutil.which(exe)):
             gone.add(exe)
     return sorted(gone)

@@ -9,9 +9,10 @@ proactive reclaim, THP always, two NUMA nodes) once and runs fork_stress (pins, 
 migration, KSM; a memory cgroup with swap; injected allocation failures),
 stress-ng's memory stressors and the Redis digest check, every fork
 asynchronous, the time split between them.  Judged as the suite judges a
-program: exit code, KTAP cases, and no kernel report in the log; and a
-fork_stress run that expected asynchronous forks (-a) fails if Async-fork
-deferred nothing in it.
+program: exit code, KTAP cases, and no kernel report in the log; a
+skipped case fails it unless asyncfork.skips says why for this kernel;
+and a fork_stress run that expected asynchronous forks (-a) fails if
+Async-fork deferred nothing in it.
 
 Every soak ends by writing one JSON record, BUILD/results/soak-KERNEL-DATE.json
 (asyncfork.results' metadata, then make_record()'s fields), whether it passed
@@ -29,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import programs, results
+from asyncfork import programs, results, skips
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
 from asyncfork.results import machine
@@ -135,10 +136,12 @@ def fork_stress_runs(run: harness.SuiteRun, progs: list[harness.Program]) -> lis
 
 
 def judge(run: harness.SuiteRun, progs: list[harness.Program],
-          runs: list[dict]) -> dict[str, list[str]]:
-    """The problems of each program: the suite's judgement plus, for a
-    fork_stress run that expected Async-fork, a run that deferred nothing."""
-    problems = {p.name: list(run.problems(p.name)) for p in progs}
+          runs: list[dict], config: str = "") -> dict[str, list[str]]:
+    """The problems of each program: the suite's judgement, a skipped case
+    that asyncfork.skips does not allow on @config (with none, no skip is
+    allowed), and, for a fork_stress run that expected Async-fork, a run
+    that deferred nothing."""
+    problems = {p.name: skips.verdict(run, p.name, config) for p in progs}
     for s in runs:
         if s["expect_async"] and s["forks_deferred"] == 0:
             problems[s["program"]].append(
@@ -148,15 +151,20 @@ def judge(run: harness.SuiteRun, progs: list[harness.Program],
 
 
 def print_judgement(prefix: str, run: harness.SuiteRun, progs: list[harness.Program],
-                    problems: dict[str, list[str]]) -> None:
-    """One line per program, pass or FAIL, then its problems and the tails
-    of its repeated runs."""
+                    problems: dict[str, list[str]], config: str = "") -> None:
+    """One line per program, pass or FAIL, with its cases and skips, then
+    its problems, the reasons of its allowed skips and the tails of its
+    repeated runs."""
+    skipped = skips.program_skips(run, [p.name for p in progs], config)
     for p in progs:
         r = run.results[p.name]
+        s = skipped.get(p.name, skips.Skips())
         print(f"{prefix}{p.name}: {'FAIL' if problems[p.name] else 'pass'} ({r.elapsed:.0f} s, "
-              f"{len(r.cases)} cases)")
+              f"{len(r.cases)} cases, {s.count} skipped)")
         for line in problems[p.name]:
             print("    " + line.replace("\n", "\n    "))
+        for case, why in s.allowed:
+            print(f"    skipped {case}: {why}")
         for i, failed_out in enumerate(r.failed_runs, 1):
             print(f"    run {i} failed and was repeated; its output tail:\n      " +
                   harness.vm.tail(failed_out, 20).replace("\n", "\n      "))
@@ -166,12 +174,17 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
                 progs: list[harness.Program], problems: dict[str, list[str]],
                 runs: list[dict], started: float, finished: float,
                 machine_info: dict, argv: list[str], args: dict,
-                image: Path | None = None, built: dict | None = None) -> dict:
+                image: Path | None = None, built: dict | None = None,
+                config: str | None = None) -> dict:
     """The soak's record.  Counters are sums over every fork_stress run
     (failed and repeated runs included), null if a run did not print them.
     forks, forks_deferred, syncs (tables the parent copied first) and
     child_copies (tables the child copied) come from fork_stress's counter
-    line; children_checked from its "snapshots exact: N children" result."""
+    line; children_checked from its "snapshots exact: N children" result.
+    skipped counts the skipped cases, each program's allowed ones with
+    their reason (asyncfork.skips, for @config: ARCH/KERNEL_NAME)."""
+    config = config or skips.config(kernel_name)
+    skipped = skips.program_skips(run, [p.name for p in progs], config)
     kernel = results.kernel(None if image else kernel_dir, label=kernel_name, image=image,
                             async_fork="2 (each program sets it)")
     if run.kernelrelease != "unknown":
@@ -187,12 +200,16 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
         **{k: total(runs, k) for k in COUNTER_FIELDS},
         "children_checked": total(runs, "children_checked"),
         "kernel_reports": len(run.vm.reports or []),
+        "skip_config": config,
+        "skipped": sum(s.count for s in skipped.values()),
+        "skipped_unexplained": sum(len(s.unexplained) for s in skipped.values()),
         "failures": sum(bool(v) for v in problems.values()),
         "passed": not any(problems.values()) and not run.vm.reports,
         "programs": {
             p.name: {"passed": not problems[p.name],
                      "seconds": round(run.results[p.name].elapsed, 1),
                      "repeated_runs": len(run.results[p.name].failed_runs),
+                     **skips.record(skipped.get(p.name, skips.Skips())),
                      "problems": [s.splitlines()[0] for s in problems[p.name]]}
             for p in progs},
         "fork_stress_runs": runs,
@@ -322,8 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     finished = time.time()
     host_note = host_changed_note(stamp, packages_stamp())
     runs = fork_stress_runs(run, progs)
-    problems = judge(run, progs, runs)
-    print_judgement("soak: ", run, progs, problems)
+    config = skips.config(name)
+    problems = judge(run, progs, runs, config)
+    print_judgement("soak: ", run, progs, problems, config)
     for s in runs:
         if s["forks"] is None:
             print(f"soak: {s['program']} (run {s['run']}) printed no counter line "
@@ -342,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "tcg_single": tcg_single,
                                           "seconds_per_program": seconds,
                                           "redis_snapshots": snapshots},
-                         image=image)
+                         image=image, config=config)
     record["host_packages_changed"] = host_note is not None
     if host_note:
         print(f"soak: warning: {host_note}")
@@ -350,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"soak: {len(progs) - failed} of {len(progs)} programs passed in "
           f"{(finished - start) / 60:.1f} min ({run.kernelrelease}); "
           f"forks {record['forks']}, deferred {record['forks_deferred']}, "
-          f"children checked {record['children_checked']}; record {path}")
+          f"children checked {record['children_checked']}, cases skipped "
+          f"{record['skipped']} ({record['skipped_unexplained']} with no reason); record {path}")
     return 1 if failed or reports else 0
 
 

@@ -290,9 +290,11 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
         "guest": {"memory": memory, "cpus": cpus, "numa_nodes": numa_nodes,
                   "kvm": vm.kvm_usable(), "elapsed_s": round(res.elapsed, 1),
                   "timed_out": res.timed_out},
+        "skipped": sum(c.status == "skip" for r in results.values() for c in r.cases),
         "programs": {n: {"ran": r.ran, "rc": r.rc, "elapsed_s": round(r.elapsed, 1),
                          "failed_runs": len(r.failed_runs),
                          "cases": {c.name: c.status for c in r.cases},
+                         "skipped": sum(c.status == "skip" for c in r.cases),
                          "kernel_reports": len(r.reports) if r.ran else None}
                      for n, r in results.items()},
     }
