@@ -5,6 +5,9 @@
 #   BUILD/linux = Debian's linux-source-6.12 tarball
 #               + kernel/patches/ (quilt-style "series", applied in order:
 #                 whole patches, new files included, as git am applies them)
+#               + kernel/harness/*.patch (what the test harness needs of the
+#                 kernel and no series carries: an LKDTM crash point that
+#                 lockdep reports)
 #               + localversion-asyncfork (the "-asyncfork" in the release of
 #                 the project's builds; not part of the series)
 #
@@ -22,6 +25,7 @@ tarball=$1
 build=$2
 top=$(cd "$(dirname "$0")/.." && pwd)
 patches=${ASYNC_FORK_PATCHES:-$top/kernel/patches}
+harness=$top/kernel/harness
 
 [ -r "$tarball" ] || die "kernel source $tarball not found: run 'make setup' (installs Debian's linux-source-6.12) or set KERNEL_TARBALL=/path/to/linux-source-6.12.tar.xz"
 [ -r "$patches/series" ] || die "no series file in $patches"
@@ -31,7 +35,7 @@ build=$(cd "$build" && pwd)
 
 # Skip all the work when nothing that goes into the tree has changed.
 inputs=$( { stat -c '%n %s %Y' "$tarball"
-	    cd "$top" && find "$patches" -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum)
+	    cd "$top" && find "$patches" "$harness" -type f -print0 | sort -z | xargs -0 sha256sum; } | sha256sum)
 if [ -f "$build/linux/Makefile" ] && [ "$(cat "$build/source.sum" 2>/dev/null)" = "$inputs" ]; then
 	exit 0
 fi
@@ -63,6 +67,14 @@ while read -r p _; do
 	fi
 	n=$((n + 1))
 done < "$patches/series"
+for p in "$harness"/*.patch; do
+	[ -e "$p" ] || continue
+	if ! out=$(patch -d "$stage" -p1 --batch --forward --no-backup-if-mismatch \
+			-r - < "$p" 2>&1); then
+		echo "$out" >&2
+		die "harness patch $(basename "$p") does not apply after the series"
+	fi
+done
 echo "-asyncfork" > "$stage/localversion-asyncfork"
 
 mkdir -p "$build/linux"

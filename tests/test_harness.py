@@ -287,6 +287,10 @@ def test_injected_warn_fails_the_program(kernel, tmp_path):
     progs = [suite.Program("inject_warn", 60,
                              "echo WARNING > /sys/kernel/debug/provoke-crash/DIRECT && "
                              "echo 'ok 1 wrote WARNING to LKDTM'"),
+             # kernel/harness: two mutexes taken in both orders.
+             suite.Program("inject_lockdep", 60,
+                             "echo LOCKDEP_INVERSION > /sys/kernel/debug/provoke-crash/DIRECT && "
+                             "echo 'ok 1 wrote LOCKDEP_INVERSION to LKDTM'"),
              suite.Program("fails_once", 30,
                              f"if [ -e {marker} ]; then echo 'ok 1 second'; "
                              f"else touch {marker}; echo 'not ok 1 first'; exit 1; fi", 1),
@@ -297,6 +301,11 @@ def test_injected_warn_fails_the_program(kernel, tmp_path):
     assert run.results["inject_warn"].rc == 0  # the program itself "passed"...
     assert any("kernel report" in p and "WARNING" in p and "lkdtm" in p.lower()
                for p in problems), problems  # ...and the run still fails
+    # lockdep's own banner, not a WARN: a real lockdep report fails the run.
+    assert run.results["inject_lockdep"].rc == 0
+    lockdep = run.problems("inject_lockdep")
+    assert any("kernel report" in p and "possible circular locking dependency" in p
+               for p in lockdep), lockdep
     once = run.results["fails_once"]
     assert once.rc == 0 and [str(c) for c in once.cases] == ["pass: second"]
     assert len(once.failed_runs) == 1 and "not ok 1 first" in once.failed_runs[0]
