@@ -25,6 +25,7 @@
 #   make bench-sync     how long the parent's writes wait right after fork(), kernels side by side (BENCH_SYNC_ARGS=)
 #   make bench-offcost  the series' cost unused: unpatched, =y with vm.async_fork=0, =n (OFFCOST_ARGS=)
 #   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan/deb, SOAK_ARGS=)
+#   make mutate         each path-table row's hook turned off in the debug kernel, its test run (MUTATE_ARGS=)
 #   make report         docs/results.md and docs/results/plots/ from the records in docs/results/*.json alone
 #   make baseline       run the upstream mm selftests and rewrite their baseline
 #   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours; ARCH=arm64 too)
@@ -89,7 +90,7 @@ GUEST_KERNEL   := $(if $(ARM64),arm64-root kernel-lean,$(GUEST_KERNEL))
 KSRC := $(BUILD)/linux
 
 .PHONY: all setup arm64-root source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
-	test soak report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
+	test soak mutate report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
@@ -157,6 +158,11 @@ test: check $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests 
 soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
 	@$(X86_ONLY)
 	@$(PYTHON) -m asyncfork.soak --kernel $(KERNEL) --flavour $(FLAVOUR) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+
+# One boot of the debug kernel (CONFIG_ASYNC_FORK_DEBUG), about 30 min.
+mutate: kernel-debug selftests upstream-selftests
+	@$(X86_ONLY)
+	@$(PYTHON) -m asyncfork.mutate $(MUTATE_ARGS)
 
 # Needs no build: only the committed records.
 report:

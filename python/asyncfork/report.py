@@ -168,6 +168,17 @@ def test_deb_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     return lines + [""]
 
 
+def mutate_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
+    lines = [f"{rec['caught']} of {len(rec['rows'])} rows caught; gaps: "
+             f"{', '.join(rec['gaps']) or 'none'}.", "",
+             "| row | hook turned off | test | verdict | hits |", "| --- | --- | --- | --- | --- |"]
+    for r in rec["rows"]:
+        test = f"`{r['test'].rsplit('/', 1)[-1]}`" if r["test"] else r.get("why", "")
+        hits = "-" if r["hits"] is None else r["hits"]
+        lines.append(f"| {r['row']} | `{r['hook']}` | {test} | {r['verdict']} | {hits} |")
+    return lines + [""]
+
+
 def soak_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     lines = [f"{'Passed' if rec['passed'] else 'FAILED'}: {rec['failures']} failed programs, "
              f"{rec['kernel_reports']} kernel reports; forks {rec['forks']}, deferred "
@@ -258,6 +269,7 @@ SECTIONS = {
     "bench-offcost": ("make bench-offcost: what the series costs unused", offcost_section),
     "bench-sync": ("make bench-sync: the parent's writes right after fork()", sync_section),
     "soak": ("make soak", soak_section),
+    "mutate": ("make mutate", mutate_section),
     "test-deb": ("make test-deb: the Debian package", test_deb_section),
 }
 

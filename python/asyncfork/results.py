@@ -45,7 +45,8 @@ from asyncfork import paths, vm
 from asyncfork.paths import TOP
 
 SCHEMA = 1
-KINDS = ("demo", "bench-fork", "bench-redis", "bench-offcost", "bench-sync", "soak", "test-deb")
+KINDS = ("demo", "bench-fork", "bench-redis", "bench-offcost", "bench-sync", "soak", "test-deb",
+         "mutate")
 
 
 def file_sha256(path: Path) -> str | None:

@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: GPL-2.0
+"""make mutate's table and verdicts, host only: every row names a hook the
+kernel knows, a caller that exists, and a test case that exists; a row's
+verdict follows from its program's result."""
+
+import re
+
+import pytest
+
+from asyncfork import mutate
+from asyncfork import suite as harness
+from conftest import BUILD, TOP
+
+PATCHES = TOP / "kernel/patches/async-fork"
+
+
+def patch_text(pattern: str) -> str:
+    (p,) = PATCHES.glob(pattern)
+    return p.read_text()
+
+
+def kernel_hooks() -> set[str]:
+    text = patch_text("*-debugfs-switches-to-test-the-hooks.patch")
+    body = text.split("af_hooks[] = {", 1)[1].split("};", 1)[0]
+    return set(re.findall(r'"(\w+)"', body))
+
+
+def test_every_row_names_a_hook_the_kernel_knows():
+    hooks = kernel_hooks()
+    assert "drop_mm" in hooks and "fault" in hooks
+    for r in mutate.ROWS:
+        assert r.hook.split("@")[0] in hooks, r
+
+
+def test_every_test_case_exists():
+    selftests = patch_text("*-selftests-mm-Async-fork-exact-snapshots-on-every-pat.patch")
+    snapshot_cases = set(re.findall(r"PARENT_OP_TEST\((\w+)\)", selftests))
+    snapshot_cases = {f"parent_{c}" for c in snapshot_cases}
+    snapshot_cases |= set(re.findall(r"TEST_F_TIMEOUT\(snapshot, (\w+),", selftests))
+    af_cases = set(re.findall(r"TEST_F_TIMEOUT\(af, (\w+),", selftests))
+    for r in mutate.ROWS:
+        if not r.test:
+            assert r.why_none, r
+            continue
+        m = re.search(r"/(fork_snapshot|async_fork) -t (\w+)$", r.test)
+        if m:
+            cases = snapshot_cases if m[1] == "fork_snapshot" else af_cases
+            assert m[2] in cases, r
+
+
+def test_callers_exist_in_the_built_kernel():
+    system_map = BUILD / "debug/System.map"
+    if not system_map.exists():
+        pytest.skip("no build/debug/System.map: run 'make kernel-debug'")
+    symbols = {line.split()[2] for line in system_map.read_text().splitlines()}
+    missing = [r.hook for r in mutate.ROWS
+               if "@" in r.hook and r.hook.split("@")[1] not in symbols]
+    assert not missing, f"callers not in System.map (inlined?): {missing}"
+
+
+def result(rc=0, output="", ran=True, cases=("pass",)):
+    p = harness.Program("row00", 60, "true")
+    return harness.ProgramResult(p, ran, rc, output, "", 1.0,
+                                 [harness.Case("c", s) for s in cases])
+
+
+def test_hits_are_read_from_the_mutate_line():
+    assert mutate.hits("ok 1 x\n# mutate: sync@zap_page_range_single hits 12\n") == 12
+    assert mutate.hits("ok 1 x\n") is None
+
+
+def test_verdicts():
+    line = "# mutate: fault hits 3\n"
+    assert mutate.verdict(result(output=line), []) == ("missed", 3)
+    assert mutate.verdict(result(output=line, rc=1), ["row00 exited 1"]) == ("caught", 3)
+    assert mutate.verdict(result(output="# mutate: fault hits 0\n"), []) == ("not reached", 0)
+    assert mutate.verdict(result(ran=False), ["did not run"]) == ("caught", None)
+    assert mutate.verdict(None, []) == ("no test", None)
+
+
+def test_program_turns_the_hook_back_on_and_keeps_the_exit_code():
+    cmd = mutate.program(3, mutate.ROWS[0]).command
+    assert cmd.startswith(f"echo fault@__handle_mm_fault > {mutate.MUTATE} && ")
+    assert "rc=$?" in cmd and "echo none > " in cmd and cmd.endswith("exit $rc; }")
