@@ -7,11 +7,8 @@
 #   make setup          install what the project needs: apt packages, .venv, the harness (SETUP_ARGS=--yes)
 #   make arm64-root     arm64: cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
 #   make source         unpack the kernel source and apply the series into $(BUILD)/linux
-#   make kernel-debug   build the debug guest kernel (correctness runs)
-#   make kernel-lean    build the lean guest kernel (benchmarks, demo)
-#   make kernel-off     build the lean kernel with CONFIG_ASYNC_FORK=n (bench-offcost)
-#   make kernel-kasan   build the debug kernel with generic KASAN (make soak KERNEL=kasan)
-#   make kernel-kcsan   build the debug kernel with KCSAN (data-race runs)
+#   (make kernel-NAME   build the guest kernel of profile NAME into $(BUILD)/NAME:
+#                       the profiles follow this list)
 #   make selftests      build the project's kselftest programs against the prepared tree
 #   make upstream-selftests  build the upstream mm selftests from the prepared tree
 #   make bench-programs build the C load generators and micro-benchmarks into $(BUILD)/bench
@@ -43,8 +40,10 @@
 # Variables: BUILD (default build; everything generated lands there, ignored
 # by git), ARCH (x86, the default, or arm64: kernel-*, selftests,
 # upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
-# $(BUILD)/arm64-*), KERNEL, NATIVE (1: on this machine, 0: in the VM, unset: native if
-# the running kernel has Async-fork), SERVER (redis or valkey), FLAVOUR,
+# $(BUILD)/arm64-*), KERNEL (a profile below, default debug), NATIVE (1: on
+# this machine, 0: in the VM, unset: native if the running kernel has
+# Async-fork), SERVER (redis or valkey), FLAVOUR (Debian's kernel flavour of
+# make deb, test-deb and soak KERNEL=deb),
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
 # commit one under docs/results/ and run make report to publish it.
@@ -88,7 +87,12 @@ GUEST_KERNEL   := $(if $(ARM64),arm64-root kernel-lean,$(GUEST_KERNEL))
 
 KSRC := $(BUILD)/linux
 
-.PHONY: all setup arm64-root source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
+# The guest kernel profiles (kernel/configs/profiles): make kernel-NAME
+# builds $(BUILD)/NAME ($(BUILD)/arm64-NAME).
+PROFILES := $(shell awk '{ sub(/\#.*/, "") } NF { print $$1 }' kernel/configs/profiles)
+KERNEL_TARGETS := $(addprefix kernel-,$(PROFILES))
+
+.PHONY: all setup arm64-root source check $(KERNEL_TARGETS) selftests upstream-selftests \
 	test soak report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
@@ -96,6 +100,10 @@ all: help
 
 help:
 	@sed -n '4,/^$$/s/^# \{0,1\}//p' Makefile
+	@echo
+	@echo "Guest kernel profiles (kernel/configs/profiles; KERNEL=NAME for soak and vm):"
+	@awk -F'#' '$$1 ~ /[^[:space:]]/ { split($$1, w, " "); d = $$2; sub(/^[[:space:]]*/, "", d); \
+		printf "  make %-14s %s\n", "kernel-" w[1], d }' kernel/configs/profiles
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -106,8 +114,10 @@ arm64-root:
 source:
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
 
-kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan: kernel-%: source
+$(KERNEL_TARGETS): kernel-%: source
 	@scripts/build-kernel.sh $* $(BUILD)
+kernel-%:
+	@echo "make $@: no profile '$*' in kernel/configs/profiles ($(PROFILES))" >&2; exit 2
 
 # The project's own kselftest programs, built against the prepared tree.
 selftests: source

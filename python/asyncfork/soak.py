@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import programs, results
+from asyncfork import profiles, programs, results
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
 from asyncfork.results import machine
@@ -37,7 +37,7 @@ from asyncfork.results import machine
 RECORD_DIR = RESULTS
 
 # Program timeouts (and the boot's) are multiplied by this for a kernel
-# flavour that runs the kernel's side slower: sanitizers under emulation.
+# profile that runs the kernel's side slower: sanitizers under emulation.
 TIMEOUT_FACTOR = {"kasan": 2.0, "kcsan": 3.0}
 
 # fork_stress's per-run counters (the parent's forks, how many of them
@@ -234,14 +234,25 @@ def kernel_dir(name: str) -> Path:
     return Path(name) if "/" in name else BUILD / name
 
 
+def unknown_kernel(name: str) -> str | None:
+    """Why --kernel NAME names no kernel: not deb, no folder (a slash) and
+    no profile of kernel/configs/profiles; None if it does."""
+    known = profiles.names()
+    if name == "deb" or "/" in name or name in known:
+        return None
+    return (f"--kernel {name}: not a profile of kernel/configs/profiles "
+            f"({', '.join(known)}), deb, or a build folder (with a slash)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30,
                     help="total run time of the programs (default 30)")
     ap.add_argument("--kernel", default="debug",
-                    help="kernel flavour NAME, booted from build/NAME (default debug: "
-                         "debug, kasan, kcsan, lean), a build folder, or deb: the "
+                    help="kernel profile NAME of kernel/configs/profiles, booted from "
+                         "build/NAME (default debug; kasan, kcsan, lean, ...), a build "
+                         "folder (with a slash), or deb: the "
                          "package make deb built (--flavour), with Debian's walkers "
                          "acting as in make test-deb's second boot")
     ap.add_argument("--flavour", default="cloud-amd64",
@@ -262,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.minutes <= 0:
         ap.error("--minutes must be positive")
+    if why := unknown_kernel(a.kernel):
+        ap.error(why)
     packaged = a.kernel == "deb"
     tcg_single = packaged if a.tcg_single is None else a.tcg_single
     image = None

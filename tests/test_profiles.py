@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The guest kernel profiles are one list (kernel/configs/profiles) that the
+Makefile, the build scripts and the soak all read.  Host-only, seconds."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from asyncfork import profiles, soak
+from conftest import TOP
+
+CONFIGS = TOP / "kernel/configs"
+# What a calling make passes down (see test_harness.INHERITED).
+INHERITED = ("ARCH", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+
+
+def run(*args):
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED}
+    return subprocess.run(args, cwd=TOP, capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+
+
+def test_parse():
+    text = ("# a comment\n\nlean  lean   # benchmarks\n"
+            "kasan lean debug kasan\n")
+    got = profiles.parse(text)
+    assert list(got) == ["lean", "kasan"]
+    assert got["lean"] == profiles.Profile("lean", ("lean",), "benchmarks")
+    assert got["kasan"].fragments == ("lean", "debug", "kasan") and got["kasan"].purpose == ""
+
+
+@pytest.mark.parametrize("bad", ["lean\n", "Lean lean\n", "lean lean\nlean debug\n"])
+def test_parse_refuses(bad):
+    with pytest.raises(ValueError, match="profiles line"):
+        profiles.parse(bad)
+
+
+def test_the_list():
+    got = profiles.read()
+    assert {"lean", "debug", "off", "kasan", "kcsan"} <= set(got)
+    for p in got.values():
+        assert p.purpose, p.name
+        for f in p.fragments:
+            assert (CONFIGS / f"{f}.config").is_file(), (p.name, f)
+
+
+def test_build_scripts_read_the_list():
+    r = run("scripts/profiles.sh", "names")
+    assert r.returncode == 0 and r.stdout.strip() == "lean, debug, off, kasan or kcsan", r
+    for p in profiles.read().values():
+        r = run("scripts/profiles.sh", "fragments", p.name)
+        assert r.stdout.split() == [str(CONFIGS / f"{f}.config") for f in p.fragments]
+    r = run("scripts/profiles.sh", "fragments", "tsan")
+    assert r.returncode == 1 and not r.stdout
+
+
+def test_make_has_a_target_per_profile(tmp_path):
+    for name in profiles.names():
+        r = run("make", "-n", f"kernel-{name}", f"BUILD={tmp_path}")
+        assert r.returncode == 0, r.stderr
+        assert f"scripts/build-kernel.sh {name} {tmp_path}" in r.stdout
+    r = run("make", "kernel-tsan", f"BUILD={tmp_path}")
+    assert r.returncode != 0 and "no profile 'tsan'" in r.stderr and "kcsan" in r.stderr
+    r = run("make", "soak", "KERNEL=tsan", f"BUILD={tmp_path}")
+    assert r.returncode != 0 and "no profile 'tsan'" in r.stderr
+    shown = run("make", "help").stdout
+    for p in profiles.read().values():
+        assert re.search(rf"^  make kernel-{p.name} +{re.escape(p.purpose)}$", shown, re.M), p.name
+
+
+def test_soak_takes_a_profile():
+    for name in profiles.names() + ["deb", "/x/build/debug"]:
+        assert soak.unknown_kernel(name) is None, name
+    why = soak.unknown_kernel("tsan")
+    assert "not a profile" in why and "kasan" in why
+    assert set(soak.TIMEOUT_FACTOR) <= set(profiles.names())
