@@ -35,6 +35,7 @@
 #   make tools-deb      only the async-fork-tools package (seconds)
 #   make virtiofsd      build virtio-fs's daemon into $(BUILD)/tools (make test-deb needs it)
 #   make clean          remove the built kernels, programs, packages and results from $(BUILD)
+#                       (kept: the source, the arm64 root, virtiofsd, $(KGIT))
 #   make distclean      remove $(BUILD) and .venv
 #
 # Variables: BUILD (default build; everything generated lands there, ignored
@@ -210,11 +211,16 @@ vm: $(if $(ARM64),arm64-root) kernel-$(KERNEL)
 .DEFAULT:
 	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
 
+# What make clean removes: every build of every target, for both
+# architectures (tests/test_profiles.py checks it against the scripts).  Kept:
+# the source (linux, pristine, stage, source.sum), what setup-like targets
+# fetched or made once (arm64-root, linux-config-arm64, tools: virtiofsd)
+# and $(KGIT), a tree one edits; make distclean removes them too.
+ARCH_BUILDS := $(PROFILES) selftests upstream-mm headers bench
+CLEAN_DIRS := $(ARCH_BUILDS) $(addprefix arm64-,$(ARCH_BUILDS)) \
+	results series-check unpatched debs tools-deb test-deb vm
 clean:
-	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/kasan $(BUILD)/kcsan $(BUILD)/selftests $(BUILD)/results \
-		$(BUILD)/arm64-lean $(BUILD)/arm64-debug $(BUILD)/arm64-selftests $(BUILD)/arm64-upstream-mm \
-		$(BUILD)/arm64-bench $(BUILD)/arm64-headers \
-		$(BUILD)/debs $(BUILD)/tools-deb
+	rm -rf $(addprefix $(BUILD)/,$(CLEAN_DIRS)) $(BUILD)/deb-*
 
 distclean:
 	rm -rf $(BUILD) .venv

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """The guest kernel profiles are one list (kernel/configs/profiles) that the
-Makefile, the build scripts and the soak all read.  Host-only, seconds."""
+Makefile, the build scripts and the soak all read; make clean removes every
+build a target can make, for both architectures.  Host-only, seconds."""
 
 import os
 import re
@@ -76,3 +77,58 @@ def test_soak_takes_a_profile():
     why = soak.unknown_kernel("tsan")
     assert "not a profile" in why and "kasan" in why
     assert set(soak.TIMEOUT_FACTOR) <= set(profiles.names())
+
+
+# What make clean keeps in BUILD: the source, what setup-like targets fetch
+# or make once, and the tree of make kernel-git (one edits it).
+KEPT = {"linux", "pristine", "pristine.done", "stage", "source.sum", "arm64-root",
+        "arm64-root.log", "linux-config-arm64", "tools", "kgit"}
+DEBIAN_FLAVOURS = ("cloud-amd64", "amd64", "cloud-arm64", "arm64")
+
+
+def expand(name: str) -> set[str]:
+    """The BUILD entries a name with shell variables stands for."""
+    name = name.strip("}\"'")
+    for var, values in ((r"\$\{?prefix\}?|\$kdir", ("", "arm64-")),
+                        (r"\$\{?profile\}?", profiles.names()),
+                        (r"\$\{?flavour\}?", DEBIAN_FLAVOURS)):
+        if re.search(var, name):
+            return set().union(*(expand(re.sub(var, v, name, count=1)) for v in values))
+    assert "$" not in name, f"a BUILD entry named with an unknown variable: {name}"
+    return {name}
+
+
+def written_entries() -> set[str]:
+    """Every top-level entry of BUILD that the scripts, the harness and the
+    Makefile name."""
+    found = set()
+    for f in TOP.glob("scripts/*.sh"):
+        for m in re.finditer(r"\$build/([A-Za-z0-9_.${}-]+)", f.read_text()):
+            found |= expand(m.group(1))
+    for f in TOP.glob("python/asyncfork/*.py"):
+        text = f.read_text()
+        found |= set(re.findall(r'\b(?:BUILD|build) / "([^"/]+)', text))
+        for m in re.findall(r'arch_dir\("([^"]+)"', text):
+            found |= {m, f"arm64-{m}"}
+    for m in re.finditer(r"\$\(BUILD\)\)?/(\$\(ARCH_DIR\))?([a-z][a-z0-9_.-]*)",
+                         (TOP / "Makefile").read_text()):
+        found |= {m.group(2), f"arm64-{m.group(2)}"} if m.group(1) else {m.group(2)}
+    # Patterns (arm64-*, deb-*), not names.
+    return {n for n in found if not n.endswith("-")}
+
+
+def test_make_clean_removes_every_build(tmp_path):
+    entries = written_entries()
+    # Not all of them are named literally.
+    for name in profiles.names():
+        assert {name, f"arm64-{name}"} <= entries
+    assert {"bench", "arm64-bench", "series-check", "unpatched", "results", "debs",
+            "deb-cloud-amd64", "test-deb"} <= entries
+    for name in entries:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "file").touch()
+    r = run("make", "-s", "clean", f"BUILD={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == entries & KEPT, (f"make clean left {sorted(left - KEPT)}, "
+                                    f"removed {sorted(entries & KEPT - left)}")
