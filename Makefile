@@ -7,8 +7,8 @@
 #   make setup          install what the project needs: apt packages, .venv, the harness (SETUP_ARGS=--yes)
 #   make arm64-root     arm64: cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
 #   make source         unpack the kernel source and apply the series into $(BUILD)/linux
-#   (make kernel-NAME   build the guest kernel of profile NAME into $(BUILD)/NAME:
-#                       the profiles follow this list)
+#   (make kernel-NAME   build the guest kernel of profile NAME into $(BUILD)/NAME, its log
+#                       build.log there: the profiles follow this list)
 #   make selftests      build the project's kselftest programs against the prepared tree
 #   make upstream-selftests  build the upstream mm selftests from the prepared tree
 #   make bench-programs build the C load generators and micro-benchmarks into $(BUILD)/bench

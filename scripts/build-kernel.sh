@@ -7,7 +7,9 @@
 # Usage: build-kernel.sh [--config-only] PROFILE BUILD_DIR
 #        (BUILD_DIR/linux must be prepared)
 # Result: BUILD_DIR/PROFILE/arch/x86/boot/bzImage and BUILD_DIR/PROFILE/kernelrelease;
-# with --config-only, only BUILD_DIR/PROFILE/.config (checked, nothing compiled).
+# the build's whole output in BUILD_DIR/PROFILE/build.log, its duration and
+# step count in build-stats.json (the next build's estimate).  With
+# --config-only, only BUILD_DIR/PROFILE/.config (checked, nothing compiled).
 #
 # ARCH=arm64: cross-compiled with aarch64-linux-gnu-gcc
 # (scripts/setup-arm64.sh installs it), with kernel/configs/arm64.config
@@ -87,6 +89,12 @@ if [ -n "$config_only" ]; then
 fi
 
 echo "build-kernel: building $profile ($(kmake kernelrelease)) with $(nproc) jobs"
-kmake -j"$(nproc)" $image
+# Quiet kbuild (V=0) into the log, a progress line here (asyncfork.buildlog):
+# steps done of the last build's, elapsed, an estimate; the errors if it fails.
+python=$top/.venv/bin/python
+[ -x "$python" ] || python=python3
+PYTHONPATH=$top/python${PYTHONPATH:+:$PYTHONPATH} "$python" -m asyncfork.buildlog \
+	--log "$out/build.log" --stats "$out/build-stats.json" --label "build-kernel: $profile" -- \
+	make -C "$src" O="$out" "${cross[@]}" CC="$cc" V=0 -j"$(nproc)" $image
 kmake kernelrelease > "$out/kernelrelease"
 echo "build-kernel: $out/$image_path ($(cat "$out/kernelrelease"))"

@@ -35,6 +35,11 @@ if [ ! -f "$out/.config" ]; then
 	sed -i "s/^CONFIG_LOCALVERSION=.*/CONFIG_LOCALVERSION=\"-unpatched-$profile\"/" "$out/.config"
 	kmake olddefconfig >/dev/null
 fi
-kmake -j"$(nproc)" bzImage
+python=$top/.venv/bin/python
+[ -x "$python" ] || python=python3
+# A log and a progress line, as scripts/build-kernel.sh.
+PYTHONPATH=$top/python${PYTHONPATH:+:$PYTHONPATH} "$python" -m asyncfork.buildlog \
+	--log "$out/build.log" --stats "$out/build-stats.json" --label "build-unpatched: $profile" -- \
+	make -C "$src" O="$out" CC="$cc" V=0 -j"$(nproc)" bzImage
 kmake -s kernelrelease > "$out/kernelrelease"
 echo "build-unpatched: $out/arch/x86/boot/bzImage ($(kmake -s kernelrelease))"
