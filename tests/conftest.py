@@ -6,6 +6,7 @@ All kernel test programs run in a single boot of the debug kernel (the
 that boot left in BUILD/results/ (make's BUILD=, by default build/).
 """
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -85,12 +86,15 @@ def guest(request, kernel) -> suite.SuiteRun:
     slow = 3 if paths.foreign() else 1
     for p in OWN_PROGRAMS + upstream:
         p.timeout *= slow
-    run = suite.run_suite(
-        kernel, OWN_PROGRAMS + upstream,
-        BUILD / "results" / ("suite" if paths.ARCH == "x86" else f"{paths.ARCH}-suite"),
-        memory=request.config.getoption("--guest-memory"),
-        cpus=request.config.getoption("--guest-cpus"), numa_nodes=2, swap="zram",
-        boot_timeout=180 * slow)
+    # Each program's start and result as they happen, past pytest's capture.
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        run = suite.run_suite(
+            kernel, OWN_PROGRAMS + upstream,
+            BUILD / "results" / ("suite" if paths.ARCH == "x86" else f"{paths.ARCH}-suite"),
+            memory=request.config.getoption("--guest-memory"),
+            cpus=request.config.getoption("--guest-cpus"), numa_nodes=2, swap="zram",
+            boot_timeout=180 * slow)
     sys.stderr.write(f"\nsuite boot: {run.kernelrelease}, {run.vm.elapsed:.0f} s, "
                      f"results in {run.outdir}\n")
     return run

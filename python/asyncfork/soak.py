@@ -199,6 +199,46 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
     }
 
 
+def mmss(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def heartbeat_line(progress: harness.Progress, outdir: Path, elapsed: float, minutes: float,
+                   fork_stress: set[str] | None = None) -> str:
+    """The soak's heartbeat: time, the program running, programs done and
+    how many exited non-zero, the counters of the fork_stress runs done so
+    far and the kernel reports in the console log so far."""
+    n = len(progress.names)
+    running = (f"{progress.current} running "
+               f"({harness.fmt_seconds(progress.clock() - progress.started)})"
+               if progress.current else "between programs" if progress.finished else "booting")
+    bad = sum(f.rc != 0 for f in progress.finished)
+    runs = []
+    for f in progress.finished:
+        if f.name in fork_stress if fork_stress is not None else f.name.startswith("fork_stress"):
+            try:
+                runs.append(parse_fork_stress((outdir / f"{f.name}.out").read_text(
+                    errors="replace")))
+            except OSError:
+                runs.append(parse_fork_stress(""))
+    if runs:
+        def count(key):
+            v = total(runs, key)
+            return "?" if v is None else v
+        counters = (f"fork_stress so far: forks {count('forks_deferred')} of "
+                    f"{count('forks')} deferred, {count('children_checked')} children checked")
+    else:
+        counters = "no fork_stress run done yet"
+    try:
+        reports = len(harness.vm.kernel_reports(
+            (outdir / "console.log").read_text(errors="replace")))
+    except OSError:
+        reports = 0
+    return (f"heartbeat {mmss(elapsed)} of about {mmss(minutes * 60)}: {running}, "
+            f"{len(progress.finished)} of {n} done, {bad} exited non-zero; "
+            f"{counters}; kernel reports {reports}")
+
+
 DPKG_STATUS = Path("/var/lib/dpkg/status")
 
 
@@ -268,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="under TCG, run every vCPU on one host thread (default: only "
                          "with --kernel deb; QEMU 7.2's multi-threaded TCG can corrupt "
                          "a static-key switch, see tests/repro/cfs_key_toggle.sh)")
+    ap.add_argument("--heartbeat", type=float, default=120, metavar="SECONDS",
+                    help="print the soak's counters this often (default 120; 0: never)")
     ap.add_argument("--record-dir", default=str(RECORD_DIR),
                     help="where the JSON record goes (default BUILD/results)")
     a = ap.parse_args(argv)
@@ -329,9 +371,13 @@ def main(argv: list[str] | None = None) -> int:
     stamp = packages_stamp()
     # Single-threaded TCG: see vm.run's tcg_single.
     extra = {"keep_thp": True, "root_fs": "virtiofs"} if packaged else {}
+    fork_stress = {p.name for p in progs if is_fork_stress(p)}
     run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
                             numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor),
-                            tcg_single=tcg_single, **extra)
+                            tcg_single=tcg_single, echo=harness.printer("soak: "),
+                            heartbeat=lambda p: heartbeat_line(p, out, time.time() - start,
+                                                               a.minutes, fork_stress),
+                            heartbeat_every=a.heartbeat, **extra)
     finished = time.time()
     host_note = host_changed_note(stamp, packages_stamp())
     runs = fork_stress_runs(run, progs)
