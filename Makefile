@@ -153,16 +153,21 @@ bench-sync: kernel-lean bench-programs
 
 SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh tests/repro/*.sh .ci/run
 
+# Without the .venv of scripts/setup.sh, the one step missing.
+$(PYTHON):
+	@echo "make: no $(PYTHON): run scripts/setup.sh first (or make setup)" >&2; exit 2
+
 # Some host tests drive the load generator against a host Redis/Valkey.
-# Host checks, for the host's architecture whatever ARCH= says.
-check: source
+# Host checks, for the host's architecture whatever ARCH= says.  Under
+# --require-built a test whose input is missing fails (plain pytest skips it).
+check: $(PYTHON) source
 	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/bench
 	@.venv/bin/ruff check python scripts tests
 	@shellcheck $(SHELL_SCRIPTS)
-	@env -u ARCH $(PYTHON) -m pytest -q -p no:cacheprovider -m "not guest and not slow" tests
+	@env -u ARCH $(PYTHON) -m pytest -q -p no:cacheprovider --require-built -m "not guest and not slow" tests
 
 test: check $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests bench-programs
-	@$(PYTHON) -m pytest -m "guest or slow" $(TEST_FILES) $(PYTEST_ARGS)
+	@$(PYTHON) -m pytest --require-built -m "guest or slow" $(TEST_FILES) $(PYTEST_ARGS)
 
 # KERNEL=deb: the package make deb built (FLAVOUR=), booted as make test-deb does.
 soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
@@ -174,7 +179,7 @@ report:
 	@$(PYTHON) -m asyncfork.report
 
 baseline: $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests
-	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
+	@$(PYTHON) -m pytest --require-built tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
 
 check-series: $(if $(ARM64),arm64-root)
 	@scripts/check-series.sh $(KERNEL_TARBALL) $(BUILD)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from asyncfork import deb_config
 import pytest
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, need
 
 BUILD_DEB = TOP / "scripts/build-deb.sh"
 DEBIAN_CONFIGS = Path("/usr/src/linux-config-6.12")
@@ -159,8 +159,7 @@ def assert_debian_plus_changes(config: dict, flavour: str, where: str):
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_olddefconfig_gives_debian_plus_changes(flavour, tmp_path):
     """The configuration step of make deb, for real (seconds, no build)."""
-    if not (BUILD / "linux/Makefile").exists():
-        pytest.fail("build/linux is not prepared: run 'make source'")
+    need(BUILD / "linux/Makefile", "build/linux is not prepared: run 'make source'")
     debian_config(flavour)
     (tmp_path / "linux").symlink_to(BUILD / "linux")
     env = None
@@ -235,8 +234,7 @@ touch "$out/../linux-upstream_${ver}_amd64.buildinfo" "$out/../linux-upstream_${
 
 @pytest.fixture
 def stand_in_make(tmp_path):
-    if not (BUILD / "linux/Makefile").exists():
-        pytest.fail("build/linux is not prepared: run 'make source'")
+    need(BUILD / "linux/Makefile", "build/linux is not prepared: run 'make source'")
     debian_config("cloud-amd64")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -9,7 +9,7 @@ import tokenize
 
 import pytest
 
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, need
 
 CHECKPATCH = BUILD / "linux/scripts/checkpatch.pl"
 PATCHES = TOP / "kernel/patches"
@@ -36,8 +36,7 @@ def message(patch):
 
 
 def checkpatch(args, stdin=None):
-    if not CHECKPATCH.exists():
-        pytest.fail("build/linux is not prepared: run 'make source'")
+    need(CHECKPATCH, "build/linux is not prepared: run 'make source'")
     # UNKNOWN_COMMIT_ID: checkpatch looks a Fixes: hash up in the git tree
     # it runs in, and neither this repository nor kernel-git.sh's tree (one
     # commit of the tarball) has upstream history.
