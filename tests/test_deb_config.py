@@ -272,6 +272,17 @@ def test_build_deb_around_the_build(stand_in_make):
 
 
 @pytest.mark.slow
+def test_build_deb_logs_and_shows_progress(stand_in_make):
+    """The package build's output goes to its log; a progress line here."""
+    build, build_deb = stand_in_make
+    r = build_deb()
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = build / "deb-cloud-amd64/bindeb-pkg.log"
+    assert "build-deb: cloud-amd64: 0 steps in 0:0" in r.stdout and f"log: {log}" in r.stdout
+    assert (build / "deb-cloud-amd64/build-stats.json").exists()
+
+
+@pytest.mark.slow
 def test_build_deb_refuses_unsigned_modules(stand_in_make):
     _, build_deb = stand_in_make
     r = build_deb(UNSIGNED="1")
