@@ -7,11 +7,8 @@
 #   make setup          install what the project needs: apt packages, .venv, the harness (SETUP_ARGS=--yes)
 #   make arm64-root     arm64: cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
 #   make source         unpack the kernel source and apply the series into $(BUILD)/linux
-#   make kernel-debug   build the debug guest kernel (correctness runs)
-#   make kernel-lean    build the lean guest kernel (benchmarks, demo)
-#   make kernel-off     build the lean kernel with CONFIG_ASYNC_FORK=n (bench-offcost)
-#   make kernel-kasan   build the debug kernel with generic KASAN (make soak KERNEL=kasan)
-#   make kernel-kcsan   build the debug kernel with KCSAN (data-race runs)
+#   (make kernel-NAME   build the guest kernel of profile NAME into $(BUILD)/NAME, its log
+#                       build.log there: the profiles follow this list)
 #   make selftests      build the project's kselftest programs against the prepared tree
 #   make upstream-selftests  build the upstream mm selftests from the prepared tree
 #   make bench-programs build the C load generators and micro-benchmarks into $(BUILD)/bench
@@ -39,13 +36,16 @@
 #   make tools-deb      only the async-fork-tools package (seconds)
 #   make virtiofsd      build virtio-fs's daemon into $(BUILD)/tools (make test-deb needs it)
 #   make clean          remove the built kernels, programs, packages and results from $(BUILD)
+#                       (kept: the source, the arm64 root, virtiofsd, $(KGIT))
 #   make distclean      remove $(BUILD) and .venv
 #
 # Variables: BUILD (default build; everything generated lands there, ignored
 # by git), ARCH (x86, the default, or arm64: kernel-*, selftests,
 # upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
-# $(BUILD)/arm64-*), KERNEL, NATIVE (1: on this machine, 0: in the VM, unset: native if
-# the running kernel has Async-fork), SERVER (redis or valkey), FLAVOUR,
+# $(BUILD)/arm64-*), KERNEL (a profile below, default debug), NATIVE (1: on
+# this machine, 0: in the VM, unset: native if the running kernel has
+# Async-fork), SERVER (redis or valkey), FLAVOUR (Debian's kernel flavour of
+# make deb, test-deb and soak KERNEL=deb),
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
 # commit one under docs/results/ and run make report to publish it.
@@ -89,7 +89,12 @@ GUEST_KERNEL   := $(if $(ARM64),arm64-root kernel-lean,$(GUEST_KERNEL))
 
 KSRC := $(BUILD)/linux
 
-.PHONY: all setup arm64-root source check kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan selftests upstream-selftests \
+# The guest kernel profiles (kernel/configs/profiles): make kernel-NAME
+# builds $(BUILD)/NAME ($(BUILD)/arm64-NAME).
+PROFILES := $(shell awk '{ sub(/\#.*/, "") } NF { print $$1 }' kernel/configs/profiles)
+KERNEL_TARGETS := $(addprefix kernel-,$(PROFILES))
+
+.PHONY: all setup arm64-root source check $(KERNEL_TARGETS) selftests upstream-selftests \
 	test soak mutate report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
@@ -97,6 +102,10 @@ all: help
 
 help:
 	@sed -n '4,/^$$/s/^# \{0,1\}//p' Makefile
+	@echo
+	@echo "Guest kernel profiles (kernel/configs/profiles; KERNEL=NAME for soak and vm):"
+	@awk -F'#' '$$1 ~ /[^[:space:]]/ { split($$1, w, " "); d = $$2; sub(/^[[:space:]]*/, "", d); \
+		printf "  make %-14s %s\n", "kernel-" w[1], d }' kernel/configs/profiles
 
 setup:
 	@scripts/setup.sh $(SETUP_ARGS)
@@ -107,8 +116,10 @@ arm64-root:
 source:
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
 
-kernel-lean kernel-debug kernel-off kernel-kasan kernel-kcsan: kernel-%: source
+$(KERNEL_TARGETS): kernel-%: source
 	@scripts/build-kernel.sh $* $(BUILD)
+kernel-%:
+	@echo "make $@: no profile '$*' in kernel/configs/profiles ($(PROFILES))" >&2; exit 2
 
 # The project's own kselftest programs, built against the prepared tree.
 selftests: source
@@ -143,16 +154,21 @@ bench-sync: kernel-lean bench-programs
 
 SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh tests/repro/*.sh .ci/run
 
+# Without the .venv of scripts/setup.sh, the one step missing.
+$(PYTHON):
+	@echo "make: no $(PYTHON): run scripts/setup.sh first (or make setup)" >&2; exit 2
+
 # Some host tests drive the load generator against a host Redis/Valkey.
-# Host checks, for the host's architecture whatever ARCH= says.
-check: source
+# Host checks, for the host's architecture whatever ARCH= says.  Under
+# --require-built a test whose input is missing fails (plain pytest skips it).
+check: $(PYTHON) source
 	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/bench
 	@.venv/bin/ruff check python scripts tests
 	@shellcheck $(SHELL_SCRIPTS)
-	@env -u ARCH $(PYTHON) -m pytest -q -p no:cacheprovider -m "not guest and not slow" tests
+	@env -u ARCH $(PYTHON) -m pytest -q -p no:cacheprovider --require-built -m "not guest and not slow" tests
 
 test: check $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests bench-programs
-	@$(PYTHON) -m pytest -m "guest or slow" $(TEST_FILES) $(PYTEST_ARGS)
+	@$(PYTHON) -m pytest --require-built -m "guest or slow" $(TEST_FILES) $(PYTEST_ARGS)
 
 # KERNEL=deb: the package make deb built (FLAVOUR=), booted as make test-deb does.
 soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
@@ -169,7 +185,7 @@ report:
 	@$(PYTHON) -m asyncfork.report
 
 baseline: $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests
-	@$(PYTHON) -m pytest tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
+	@$(PYTHON) -m pytest --require-built tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
 
 check-series: $(if $(ARM64),arm64-root)
 	@scripts/check-series.sh $(KERNEL_TARBALL) $(BUILD)
@@ -206,11 +222,16 @@ vm: $(if $(ARM64),arm64-root) kernel-$(KERNEL)
 .DEFAULT:
 	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2
 
+# What make clean removes: every build of every target, for both
+# architectures (tests/test_profiles.py checks it against the scripts).  Kept:
+# the source (linux, pristine, stage, source.sum), what setup-like targets
+# fetched or made once (arm64-root, linux-config-arm64, tools: virtiofsd)
+# and $(KGIT), a tree one edits; make distclean removes them too.
+ARCH_BUILDS := $(PROFILES) selftests upstream-mm headers bench
+CLEAN_DIRS := $(ARCH_BUILDS) $(addprefix arm64-,$(ARCH_BUILDS)) \
+	results series-check unpatched debs tools-deb test-deb vm
 clean:
-	rm -rf $(BUILD)/lean $(BUILD)/debug $(BUILD)/kasan $(BUILD)/kcsan $(BUILD)/selftests $(BUILD)/results \
-		$(BUILD)/arm64-lean $(BUILD)/arm64-debug $(BUILD)/arm64-selftests $(BUILD)/arm64-upstream-mm \
-		$(BUILD)/arm64-bench $(BUILD)/arm64-headers \
-		$(BUILD)/debs $(BUILD)/tools-deb
+	rm -rf $(addprefix $(BUILD)/,$(CLEAN_DIRS)) $(BUILD)/deb-*
 
 distclean:
 	rm -rf $(BUILD) .venv

@@ -248,8 +248,13 @@ export DEB_BUILD_OPTIONS="terse${DEB_BUILD_OPTIONS:+ $DEB_BUILD_OPTIONS}"
 
 echo "build-deb: building $flavour packages $pkgver with $jobs jobs (log: $out/bindeb-pkg.log)"
 start=$(date +%s)
-kmake -j"$jobs" KDEB_PKGVERSION="$pkgver" "${extra[@]}" bindeb-pkg 2>&1 |
-	tee "$out/bindeb-pkg.log"
+# The whole output into the log, a progress line here (asyncfork.buildlog,
+# as scripts/build-kernel.sh); the errors if it fails.
+python=$top/.venv/bin/python
+[ -x "$python" ] || python=python3
+PYTHONPATH=$top/python${PYTHONPATH:+:$PYTHONPATH} "$python" -m asyncfork.buildlog \
+	--log "$out/bindeb-pkg.log" --stats "$out/build-stats.json" --label "build-deb: $flavour" -- \
+	make -C "$src" O="$out" "${kvars[@]}" -j"$jobs" KDEB_PKGVERSION="$pkgver" "${extra[@]}" bindeb-pkg
 release=$(cat "$out/include/config/kernel.release")
 
 # dpkg-buildpackage leaves its output beside the build directory.

@@ -1,47 +1,39 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Configure and build one guest kernel flavour out of tree.
+# Configure and build one guest kernel profile out of tree: make tinyconfig,
+# then the fragments kernel/configs/profiles lists for the profile (lean,
+# debug, off, kasan, kcsan, ...), merged in order.
 #
-#   lean:  make tinyconfig + kernel/configs/lean.config
-#   debug: make tinyconfig + kernel/configs/lean.config + kernel/configs/debug.config
-#   off:   make tinyconfig + kernel/configs/lean.config + kernel/configs/off.config
-#          (CONFIG_ASYNC_FORK=n, for make check-series)
-#   kasan: debug + kernel/configs/kasan.config (generic KASAN, inline)
-#   kcsan: debug + kernel/configs/kcsan.config (KCSAN, non-strict)
-#
-# Usage: build-kernel.sh [--config-only] FLAVOUR BUILD_DIR
+# Usage: build-kernel.sh [--config-only] PROFILE BUILD_DIR
 #        (BUILD_DIR/linux must be prepared)
-# Result: BUILD_DIR/FLAVOUR/arch/x86/boot/bzImage and BUILD_DIR/FLAVOUR/kernelrelease;
-# with --config-only, only BUILD_DIR/FLAVOUR/.config (checked, nothing compiled).
+# Result: BUILD_DIR/PROFILE/arch/x86/boot/bzImage and BUILD_DIR/PROFILE/kernelrelease;
+# the build's whole output in BUILD_DIR/PROFILE/build.log, its duration and
+# step count in build-stats.json (the next build's estimate).  With
+# --config-only, only BUILD_DIR/PROFILE/.config (checked, nothing compiled).
 #
 # ARCH=arm64: cross-compiled with aarch64-linux-gnu-gcc
 # (scripts/setup-arm64.sh installs it), with kernel/configs/arm64.config
-# merged last, into BUILD_DIR/arm64-FLAVOUR (arch/arm64/boot/Image).
+# merged last, into BUILD_DIR/arm64-PROFILE (arch/arm64/boot/Image).
 # KSRC=/path/to/tree replaces BUILD_DIR/linux.
 set -euo pipefail
 
 die() { echo "build-kernel: $*" >&2; exit 1; }
+top=$(cd "$(dirname "$0")/.." && pwd)
 
 config_only=
 if [ "${1:-}" = --config-only ]; then
 	config_only=1
 	shift
 fi
-[ $# -eq 2 ] || die "usage: build-kernel.sh [--config-only] lean|debug|off|kasan|kcsan BUILD_DIR"
-flavour=$1
+[ $# -eq 2 ] || die "usage: build-kernel.sh [--config-only] PROFILE BUILD_DIR (PROFILE: $("$top/scripts/profiles.sh" names))"
+profile=$1
 build=$(cd "$2" && pwd)
-top=$(cd "$(dirname "$0")/.." && pwd)
 src=${KSRC:-$build/linux}
-out=$build/$flavour
+out=$build/$profile
 configs=$top/kernel/configs
-case "$flavour" in
-lean)  fragments=("$configs/lean.config") ;;
-debug) fragments=("$configs/lean.config" "$configs/debug.config") ;;
-off)   fragments=("$configs/lean.config" "$configs/off.config") ;;
-kasan|kcsan)
-       fragments=("$configs/lean.config" "$configs/debug.config" "$configs/$flavour.config") ;;
-*)     die "unknown kernel flavour '$flavour' (use lean, debug, off, kasan or kcsan)" ;;
-esac
+list=$("$top/scripts/profiles.sh" fragments "$profile") ||
+	die "unknown kernel profile '$profile' (kernel/configs/profiles: $("$top/scripts/profiles.sh" names))"
+mapfile -t fragments <<< "$list"
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
 
 cross=() image=bzImage image_path=arch/x86/boot/bzImage cc=gcc
@@ -50,11 +42,11 @@ x86|x86_64) ;;
 arm64|aarch64)
 	command -v aarch64-linux-gnu-gcc >/dev/null ||
 		die "ARCH=arm64: aarch64-linux-gnu-gcc not found: run scripts/setup-arm64.sh"
-	# The off flavour builds without it (make check-series ARCH=arm64).
-	[ "$flavour" = off ] || grep -q 'select ARCH_SUPPORTS_ASYNC_FORK' "$src/arch/arm64/Kconfig" ||
+	# The off profile builds without it (make check-series ARCH=arm64).
+	[ "$profile" = off ] || grep -q 'select ARCH_SUPPORTS_ASYNC_FORK' "$src/arch/arm64/Kconfig" ||
 		die "ARCH=arm64: $src has no arm64 Async-fork patch (kernel/patches/async-fork/0016): run make source"
 	fragments+=("$configs/arm64.config")
-	out=$build/arm64-$flavour
+	out=$build/arm64-$profile
 	cross=(ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-)
 	image=Image image_path=arch/arm64/boot/Image cc=aarch64-linux-gnu-gcc ;;
 *) die "unknown ARCH '$ARCH' (x86 or arm64)" ;;
@@ -69,7 +61,7 @@ kmake() { make -s -C "$src" O="$out" "${cross[@]}" CC="$cc" "$@"; }
 mkdir -p "$out"
 sum=$(cat "${fragments[@]}" | sha256sum)
 if [ ! -f "$out/.config" ] || [ "$(cat "$out/config.sum" 2>/dev/null)" != "$sum" ]; then
-	echo "build-kernel: configuring $flavour"
+	echo "build-kernel: configuring $profile"
 	kmake tinyconfig >/dev/null
 	"$src/scripts/kconfig/merge_config.sh" -m -O "$out" "$out/.config" "${fragments[@]}" >/dev/null
 	kmake olddefconfig >/dev/null
@@ -96,7 +88,13 @@ if [ -n "$config_only" ]; then
 	exit 0
 fi
 
-echo "build-kernel: building $flavour ($(kmake kernelrelease)) with $(nproc) jobs"
-kmake -j"$(nproc)" $image
+echo "build-kernel: building $profile ($(kmake kernelrelease)) with $(nproc) jobs"
+# Quiet kbuild (V=0) into the log, a progress line here (asyncfork.buildlog):
+# steps done of the last build's, elapsed, an estimate; the errors if it fails.
+python=$top/.venv/bin/python
+[ -x "$python" ] || python=python3
+PYTHONPATH=$top/python${PYTHONPATH:+:$PYTHONPATH} "$python" -m asyncfork.buildlog \
+	--log "$out/build.log" --stats "$out/build-stats.json" --label "build-kernel: $profile" -- \
+	make -C "$src" O="$out" "${cross[@]}" CC="$cc" V=0 -j"$(nproc)" $image
 kmake kernelrelease > "$out/kernelrelease"
 echo "build-kernel: $out/$image_path ($(cat "$out/kernelrelease"))"

@@ -16,13 +16,13 @@
 # prefix had it: its kernel builds are skipped.
 #
 # Uses its own build folder (BUILD_DIR/series-check), so build/linux and
-# the kernels there are left as they are.  Resumable: a prefix and flavour
+# the kernels there are left as they are.  Resumable: a prefix and profile
 # that passed with the same patches, configs and scripts is not redone.
 # A cold run builds about 25 kernels: a few hours on 2 cores (ccache helps).
 #
 # ARCH=arm64: the same for the cross-built arm64 kernels (CONFIG_ASYNC_FORK=y
 # from the arm64 patch on), booted under qemu-system-aarch64 on
-# scripts/setup-arm64.sh's root; kernels in series-check/arm64-FLAVOUR.
+# scripts/setup-arm64.sh's root; kernels in series-check/arm64-PROFILE.
 #
 # Usage: [ARCH=arm64] check-series.sh TARBALL BUILD_DIR
 set -euo pipefail
@@ -65,33 +65,33 @@ touches_kernel() {
 # BUILD_DIR/series-check/done to redo all).
 skip_configs=()
 [ "$arch" = arm64 ] || skip_configs=(! -name 'arm64*')
-tools_sum=$(find "$top/kernel/configs" -name '*.config' "${skip_configs[@]}" | sort |
-	    xargs cat "$top/scripts/build-kernel.sh" "$top/scripts/prepare-source.sh" |
+tools_sum=$(find "$top/kernel/configs" \( -name '*.config' -o -name profiles \) "${skip_configs[@]}" | sort |
+	    xargs cat "$top/scripts/build-kernel.sh" "$top/scripts/profiles.sh" "$top/scripts/prepare-source.sh" |
 	    sha256sum | cut -c1-16)
 
 # Run in the guest (single quotes: expanded there, not here).
 # shellcheck disable=SC2016
 guest_cmd='echo "vm.async_fork=$(cat /proc/sys/vm/async_fork 2>/dev/null || echo absent)"'
 
-# boot FLAVOUR K: boot the prefix's kernel and check vm.async_fork.
+# boot PROFILE K: boot the prefix's kernel and check vm.async_fork.
 boot() {
-	local flavour=$1 k=$2 want out
+	local profile=$1 k=$2 want out
 	want=absent
 	# grep reads the files itself: "cat | grep -q" fails under pipefail
 	# whenever grep stops at a match before cat has written everything.
-	if [ "$flavour" = lean ] &&
+	if [ "$profile" = lean ] &&
 	   (cd "$top/kernel/patches" &&
 	    grep -q '^+[[:space:]]*\.procname[[:space:]]*= "async_fork",' -- "${patches[@]:0:k}"); then
 		want=1
 	fi
-	out=$("$python" "$top/scripts/vm.py" --kernel "$work/$kdir$flavour" --memory 1G \
+	out=$("$python" "$top/scripts/vm.py" --kernel "$work/$kdir$profile" --memory 1G \
 		--timeout "$boot_timeout" \
-		--log "$work/boot-$k-$kdir$flavour.log" -- \
+		--log "$work/boot-$k-$kdir$profile.log" -- \
 		"$guest_cmd") ||
-		die "the $arch $flavour kernel with patches 1..$k does not boot cleanly: $work/boot-$k-$kdir$flavour.log"
+		die "the $arch $profile kernel with patches 1..$k does not boot cleanly: $work/boot-$k-$kdir$profile.log"
 	out=$(printf '%s\n' "$out" | sed -n 's/^.*vm\.async_fork=\([a-z0-9]*\).*$/\1/p' | tail -n1)
 	[ "$out" = "$want" ] ||
-		die "the $flavour kernel with patches 1..$k: vm.async_fork is '$out', expected '$want'"
+		die "the $profile kernel with patches 1..$k: vm.async_fork is '$out', expected '$want'"
 }
 
 for k in $(seq 1 ${#patches[@]}); do
@@ -107,19 +107,19 @@ for k in $(seq 1 ${#patches[@]}); do
 		cp "$top/kernel/patches/$q" "$work/patches/$q"
 		echo "$q" >> "$work/patches/series"
 	done
-	flavours=()
+	profiles=()
 	if touches_kernel "$p"; then
-		flavours=(off)
+		profiles=(off)
 		ASYNC_FORK_PATCHES=$work/patches "$top/scripts/prepare-source.sh" "$tarball" "$work" >/dev/null
 		if grep -q 'select ARCH_SUPPORTS_ASYNC_FORK' "$work/linux/arch/$arch/Kconfig"; then
-			flavours=(lean off)
+			profiles=(lean off)
 		else
 			echo "check-series:   $arch does not select ARCH_SUPPORTS_ASYNC_FORK yet: CONFIG_ASYNC_FORK=n only"
 		fi
 	else
 		echo "check-series:   tools/ and Documentation/ only: kernel build skipped"
 	fi
-	for f in "${flavours[@]}"; do
+	for f in "${profiles[@]}"; do
 		stamp=$work/done/$k-$stamp_arch$f-$prefix_sum-$tools_sum
 		if [ -e "$stamp" ]; then
 			echo "check-series:   $arch $f: passed before"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, TOP, module_command
+from conftest import BUILD, TOP, module_command, need
 
 PY = sys.executable
 QUICK = 60      # seconds: none of these may get as far as booting a guest
@@ -47,8 +47,7 @@ def closed_port() -> int:
 
 def test_loadgen_unreachable_server_fails_fast():
     loadgen = BUILD / "bench/loadgen"
-    if not loadgen.exists():
-        pytest.fail("no build/bench/loadgen: run make bench-programs")
+    need(loadgen, "no build/bench/loadgen: run make bench-programs")
     r = run([str(loadgen), "--port", str(closed_port()), "--rate", "100",
              "--duration", "1"], timeout=30)
     assert r.returncode != 0
@@ -57,6 +56,7 @@ def test_loadgen_unreachable_server_fails_fast():
 
 def test_loadgen_bad_arguments():
     loadgen = BUILD / "bench/loadgen"
+    need(loadgen, "no build/bench/loadgen: run make bench-programs")
     for args, message in ((["--rate", "100"], "--duration"),
                           (["--rate", "100", "--duration", "1", "--dist", "zipf"], "--dist"),
                           (["--bogus"], "usage")):

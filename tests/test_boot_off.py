@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, missing
 from asyncfork import programs, vm
 
 OFF_LINE = "async_fork: off in this boot: async_fork=off"
@@ -20,7 +20,7 @@ OFF_LINE = "async_fork: off in this boot: async_fork=off"
 def test_async_fork_off_at_boot(kernel):
     prog = programs.SELFTESTS / "async_fork"
     if not prog.exists():
-        pytest.fail(f"{prog} is not built: run 'make selftests'")
+        missing(f"{prog} is not built: run 'make selftests'")
     res = vm.run(kernel, f"{prog} --expect-off", memory="1G", cpus=2, timeout=300,
                  append=["async_fork=off"], log_path=BUILD / "results/boot-off.log")
     assert res.ok, res.describe()

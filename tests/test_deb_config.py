@@ -10,7 +10,7 @@ from pathlib import Path
 
 from asyncfork import deb_config
 import pytest
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, need
 
 BUILD_DEB = TOP / "scripts/build-deb.sh"
 DEBIAN_CONFIGS = Path("/usr/src/linux-config-6.12")
@@ -159,8 +159,7 @@ def assert_debian_plus_changes(config: dict, flavour: str, where: str):
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_olddefconfig_gives_debian_plus_changes(flavour, tmp_path):
     """The configuration step of make deb, for real (seconds, no build)."""
-    if not (BUILD / "linux/Makefile").exists():
-        pytest.fail("build/linux is not prepared: run 'make source'")
+    need(BUILD / "linux/Makefile", "build/linux is not prepared: run 'make source'")
     debian_config(flavour)
     (tmp_path / "linux").symlink_to(BUILD / "linux")
     env = None
@@ -235,8 +234,7 @@ touch "$out/../linux-upstream_${ver}_amd64.buildinfo" "$out/../linux-upstream_${
 
 @pytest.fixture
 def stand_in_make(tmp_path):
-    if not (BUILD / "linux/Makefile").exists():
-        pytest.fail("build/linux is not prepared: run 'make source'")
+    need(BUILD / "linux/Makefile", "build/linux is not prepared: run 'make source'")
     debian_config("cloud-amd64")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -271,6 +269,17 @@ def test_build_deb_around_the_build(stand_in_make):
     assert list((build / "debs/cloud-amd64/extra").glob("linux-libc-dev_*.deb"))
     assert not list(build.glob("*.deb")), "packages left beside the build folder"
     assert "modules (ext4.ko.xz checked: signed), BTF" in r.stdout
+
+
+@pytest.mark.slow
+def test_build_deb_logs_and_shows_progress(stand_in_make):
+    """The package build's output goes to its log; a progress line here."""
+    build, build_deb = stand_in_make
+    r = build_deb()
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = build / "deb-cloud-amd64/bindeb-pkg.log"
+    assert "build-deb: cloud-amd64: 0 steps in 0:0" in r.stdout and f"log: {log}" in r.stdout
+    assert (build / "deb-cloud-amd64/build-stats.json").exists()
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ def test_sanitizer_config(flavour, tmp_path):
     assert not (build / flavour / "vmlinux").exists()
 
 
-def test_unknown_flavour(tmp_path):
+def test_unknown_profile(tmp_path):
     p = build_kernel("--config-only", "tsan", tmp_path, timeout=30)
-    assert p.returncode != 0 and "unknown kernel flavour 'tsan'" in p.stderr
+    assert p.returncode != 0 and "unknown kernel profile 'tsan'" in p.stderr
     assert "kasan or kcsan" in p.stderr

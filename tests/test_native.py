@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, TOP, module_command
+from conftest import BUILD, TOP, module_command, need
 
 from asyncfork import fork_bench
 from asyncfork import native
@@ -257,8 +257,7 @@ def test_fork_bench_native_puts_back_on_failure(tmp_path):
 # --- settings put back: a whole run, stopped by a signal ---------------------
 
 def needs_servers():
-    if not (BUILD / "bench/loadgen").exists():
-        pytest.fail("no build/bench/loadgen: run make bench-programs")
+    need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
 
 
 def port_open(port: int) -> bool:

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, need
 
 from asyncfork import offcost
 
@@ -39,8 +39,7 @@ def test_bad_counts_are_refused(args):
 
 def test_offcost_program_refuses_bad_arguments():
     prog = BUILD / "bench/offcost"
-    if not prog.exists():
-        pytest.fail("no build/bench/offcost: run make bench-programs")
+    need(prog, "no build/bench/offcost: run make bench-programs")
     for args in (["--bogus"], ["--runs", "0"], ["--only", "nope"]):
         r = subprocess.run([str(prog), *args], capture_output=True, text=True, timeout=10)
         assert r.returncode == 2 and r.stderr, args

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from conftest import BUILD
+from conftest import BUILD, need
 
 from asyncfork import redis_snapshot
 
@@ -20,6 +20,7 @@ from asyncfork import redis_snapshot
 def small_run(tmp, last_arg: str) -> tuple[int, Path, Path]:
     """A 16 MiB run with the default fork only; @last_arg: --keep-rdb or
     --check-later.  Returns its exit code, out and work folders."""
+    need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
     out, work = tmp / "out", tmp / "work"
     out.mkdir()
     rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
@@ -33,8 +34,7 @@ def small_run(tmp, last_arg: str) -> tuple[int, Path, Path]:
 def snapshot(tmp_path_factory):
     if not shutil.which("redis-server"):
         pytest.fail("no redis-server: run scripts/setup.sh")
-    if not (BUILD / "bench/loadgen").exists():
-        pytest.fail("no build/bench/loadgen: run make bench-programs")
+    need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
     rc, out, work = small_run(tmp_path_factory.mktemp("redis"), "--keep-rdb")
     result = json.loads((out / "result.json").read_text())
     return rc, result, work

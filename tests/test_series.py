@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, missing, need
 
 PATCHES = TOP / "kernel/patches"
 TARBALL = "/usr/src/linux-source-6.12.tar.xz"
@@ -53,7 +53,7 @@ def test_mm_fixes_apply_to_the_base_alone(tmp_path):
         pytest.skip("no mm-fixes series")
     pristine = BUILD / "pristine"
     if not (pristine / "Makefile").exists():
-        pytest.fail("build/pristine is not unpacked: run 'make source'")
+        missing("build/pristine is not unpacked: run 'make source'")
     # In order, on a copy of the files they touch: a later patch may change
     # a file an earlier one adds.
     tree = tmp_path / "tree"
@@ -137,8 +137,7 @@ def test_git_am_reproduces_the_tested_kernel(tmp_path):
     """git am of the exported series on the tarball gives build/linux, the
     tree every kernel of the project is built from (but for the release
     suffix file the build adds)."""
-    if not (BUILD / "linux/Makefile").exists():
-        pytest.fail("build/linux is not prepared: run 'make source'")
+    need(BUILD / "linux/Makefile", "build/linux is not prepared: run 'make source'")
     tree = tmp_path / "linux"
     r = subprocess.run([str(TOP / "scripts/kernel-git.sh"), TARBALL, str(tree)],
                        capture_output=True, text=True)

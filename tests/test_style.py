@@ -9,7 +9,7 @@ import tokenize
 
 import pytest
 
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, need
 
 CHECKPATCH = BUILD / "linux/scripts/checkpatch.pl"
 PATCHES = TOP / "kernel/patches"
@@ -36,8 +36,7 @@ def message(patch):
 
 
 def checkpatch(args, stdin=None):
-    if not CHECKPATCH.exists():
-        pytest.fail("build/linux is not prepared: run 'make source'")
+    need(CHECKPATCH, "build/linux is not prepared: run 'make source'")
     # UNKNOWN_COMMIT_ID: checkpatch looks a Fixes: hash up in the git tree
     # it runs in, and neither this repository nor kernel-git.sh's tree (one
     # commit of the tarball) has upstream history.
@@ -136,10 +135,12 @@ def test_no_python_file_edits_the_import_path():
 
 
 def test_make_help_lists_every_target_once():
-    # make help prints the Makefile's header: one line per target of .PHONY.
-    text = (TOP / "Makefile").read_text()
-    phony = re.search(r"^\.PHONY:((?:.*\\\n)*.*)$", text, re.M).group(1)
-    targets = phony.replace("\\\n", " ").split()
+    # make help prints the Makefile's header and a line per kernel profile:
+    # one line per target of .PHONY (as make reads it: kernel-NAME for each
+    # profile of kernel/configs/profiles).
+    db = subprocess.run(["make", "-pn", "help"], capture_output=True, text=True, cwd=TOP,
+                        check=True).stdout
+    targets = re.search(r"^\.PHONY:(.*)$", db, re.M).group(1).split()
     out = subprocess.run(["make", "-s", "help"], capture_output=True, text=True, cwd=TOP,
                          check=True).stdout.splitlines()
     named = [line.split()[1] for line in out if line.startswith("  make ")]

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import BUILD
+from conftest import BUILD, need
 
 from asyncfork import sync_bench
 
@@ -51,8 +51,7 @@ def test_bad_input_is_refused(args):
 
 def forkbench(*args):
     prog = BUILD / "bench/forkbench"
-    if not prog.exists():
-        pytest.fail("no build/bench/forkbench: run make bench-programs")
+    need(prog, "no build/bench/forkbench: run make bench-programs")
     return subprocess.run([str(prog), *args], capture_output=True, text=True, timeout=120)
 
 

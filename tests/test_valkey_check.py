@@ -13,7 +13,7 @@ from argparse import Namespace
 
 import pytest
 import redis
-from conftest import BUILD, TOP
+from conftest import BUILD, TOP, need
 
 from asyncfork import redis_snapshot
 
@@ -21,6 +21,7 @@ from asyncfork import redis_snapshot
 def small_run(tmp, *extra) -> tuple:
     """A 16 MiB Valkey run with the default fork only; returns its exit
     code, out and work folders."""
+    need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
     out, work = tmp / "out", tmp / "work"
     out.mkdir()
     rc = redis_snapshot.run(["--out", str(out), "--work", str(work), "--server", "valkey",
@@ -39,8 +40,7 @@ def server_back_to_redis():
 
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory):
-    if not (BUILD / "bench/loadgen").exists():
-        pytest.fail("no build/bench/loadgen: run make bench-programs")
+    need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
     try:
         redis_snapshot.server_binary("valkey")
     except redis_snapshot.Failed as e:

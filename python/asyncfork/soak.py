@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import programs, results, skips
+from asyncfork import profiles, programs, results, skips
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
 from asyncfork.results import machine
@@ -38,7 +38,7 @@ from asyncfork.results import machine
 RECORD_DIR = RESULTS
 
 # Program timeouts (and the boot's) are multiplied by this for a kernel
-# flavour that runs the kernel's side slower: sanitizers under emulation.
+# profile that runs the kernel's side slower: sanitizers under emulation.
 TIMEOUT_FACTOR = {"kasan": 2.0, "kcsan": 3.0}
 
 # fork_stress's per-run counters (the parent's forks, how many of them
@@ -216,6 +216,46 @@ def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
     }
 
 
+def mmss(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def heartbeat_line(progress: harness.Progress, outdir: Path, elapsed: float, minutes: float,
+                   fork_stress: set[str] | None = None) -> str:
+    """The soak's heartbeat: time, the program running, programs done and
+    how many exited non-zero, the counters of the fork_stress runs done so
+    far and the kernel reports in the console log so far."""
+    n = len(progress.names)
+    running = (f"{progress.current} running "
+               f"({harness.fmt_seconds(progress.clock() - progress.started)})"
+               if progress.current else "between programs" if progress.finished else "booting")
+    bad = sum(f.rc != 0 for f in progress.finished)
+    runs = []
+    for f in progress.finished:
+        if f.name in fork_stress if fork_stress is not None else f.name.startswith("fork_stress"):
+            try:
+                runs.append(parse_fork_stress((outdir / f"{f.name}.out").read_text(
+                    errors="replace")))
+            except OSError:
+                runs.append(parse_fork_stress(""))
+    if runs:
+        def count(key):
+            v = total(runs, key)
+            return "?" if v is None else v
+        counters = (f"fork_stress so far: forks {count('forks_deferred')} of "
+                    f"{count('forks')} deferred, {count('children_checked')} children checked")
+    else:
+        counters = "no fork_stress run done yet"
+    try:
+        reports = len(harness.vm.kernel_reports(
+            (outdir / "console.log").read_text(errors="replace")))
+    except OSError:
+        reports = 0
+    return (f"heartbeat {mmss(elapsed)} of about {mmss(minutes * 60)}: {running}, "
+            f"{len(progress.finished)} of {n} done, {bad} exited non-zero; "
+            f"{counters}; kernel reports {reports}")
+
+
 DPKG_STATUS = Path("/var/lib/dpkg/status")
 
 
@@ -251,14 +291,25 @@ def kernel_dir(name: str) -> Path:
     return Path(name) if "/" in name else BUILD / name
 
 
+def unknown_kernel(name: str) -> str | None:
+    """Why --kernel NAME names no kernel: not deb, no folder (a slash) and
+    no profile of kernel/configs/profiles; None if it does."""
+    known = profiles.names()
+    if name == "deb" or "/" in name or name in known:
+        return None
+    return (f"--kernel {name}: not a profile of kernel/configs/profiles "
+            f"({', '.join(known)}), deb, or a build folder (with a slash)")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30,
                     help="total run time of the programs (default 30)")
     ap.add_argument("--kernel", default="debug",
-                    help="kernel flavour NAME, booted from build/NAME (default debug: "
-                         "debug, kasan, kcsan, lean), a build folder, or deb: the "
+                    help="kernel profile NAME of kernel/configs/profiles, booted from "
+                         "build/NAME (default debug; kasan, kcsan, lean, ...), a build "
+                         "folder (with a slash), or deb: the "
                          "package make deb built (--flavour), with Debian's walkers "
                          "acting as in make test-deb's second boot")
     ap.add_argument("--flavour", default="cloud-amd64",
@@ -274,11 +325,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="under TCG, run every vCPU on one host thread (default: only "
                          "with --kernel deb; QEMU 7.2's multi-threaded TCG can corrupt "
                          "a static-key switch, see tests/repro/cfs_key_toggle.sh)")
+    ap.add_argument("--heartbeat", type=float, default=120, metavar="SECONDS",
+                    help="print the soak's counters this often (default 120; 0: never)")
     ap.add_argument("--record-dir", default=str(RECORD_DIR),
                     help="where the JSON record goes (default BUILD/results)")
     a = ap.parse_args(argv)
     if a.minutes <= 0:
         ap.error("--minutes must be positive")
+    if why := unknown_kernel(a.kernel):
+        ap.error(why)
     packaged = a.kernel == "deb"
     tcg_single = packaged if a.tcg_single is None else a.tcg_single
     image = None
@@ -333,9 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     stamp = packages_stamp()
     # Single-threaded TCG: see vm.run's tcg_single.
     extra = {"keep_thp": True, "root_fs": "virtiofs"} if packaged else {}
+    fork_stress = {p.name for p in progs if is_fork_stress(p)}
     run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
                             numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor),
-                            tcg_single=tcg_single, **extra)
+                            tcg_single=tcg_single, echo=harness.printer("soak: "),
+                            heartbeat=lambda p: heartbeat_line(p, out, time.time() - start,
+                                                               a.minutes, fork_stress),
+                            heartbeat_every=a.heartbeat, **extra)
     finished = time.time()
     host_note = host_changed_note(stamp, packages_stamp())
     runs = fork_stress_runs(run, progs)

@@ -8,10 +8,14 @@ the guest shares with the host.  This module parses those files; the pytest
 files decide what passes.
 """
 
+import contextlib
 import json
 import re
 import shlex
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,14 +241,136 @@ def read_programs(listfile: Path, bindir: Path, timeout: int) -> list[Program]:
     return progs
 
 
+def fmt_seconds(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s} s" if s < 60 else f"{s // 60}:{s % 60:02d} min"
+
+
+def verdict(rc: int) -> str:
+    """A finished program's exit code in words (the host judges the rest)."""
+    return "timed out" if rc == 124 else f"exit {rc}"
+
+
+def read_number(path: Path) -> list[float] | None:
+    """The numbers of a small file the guest wrote whole (NAME.rc, NAME.time);
+    None while it is missing or not yet written."""
+    try:
+        words = path.read_text().split()
+        return [float(w) for w in words] if words else None
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Finished:
+    name: str
+    rc: int
+    seconds: float
+
+
+class Progress:
+    """What the guest has done so far, from the files run-suite.sh leaves in
+    the shared results folder as it goes: NAME.dmesg when a program starts,
+    NAME.out.failedN when a run failed and is repeated, NAME.time and
+    NAME.rc when it is done.  poll() returns a line per new event."""
+
+    def __init__(self, outdir: Path, names: list[str], clock=time.monotonic):
+        self.outdir, self.names, self.clock = outdir, names, clock
+        self.next = 0  # the first program not seen done
+        self.started: float | None = None  # when names[next] was seen started
+        self.failed_runs = 0
+        self.finished: list[Finished] = []
+
+    @property
+    def current(self) -> str | None:
+        """The program running now, if one was seen started."""
+        return self.names[self.next] if self.started is not None else None
+
+    def poll(self) -> list[str]:
+        out = []
+        while self.next < len(self.names):
+            name = self.names[self.next]
+            tag = f"[{self.next + 1}/{len(self.names)}] {name}"
+            if self.started is None:
+                if not (self.outdir / f"{name}.dmesg").exists():
+                    break
+                self.started, self.failed_runs = self.clock(), 0
+                out.append(f"{tag} ...")
+            failed = len(list(self.outdir.glob(f"{name}.out.failed*")))
+            if failed > self.failed_runs:
+                self.failed_runs = failed
+                out.append(f"{tag}: run {failed} failed, run {failed + 1} started")
+            rc = read_number(self.outdir / f"{name}.rc")
+            if rc is None:
+                break
+            t = read_number(self.outdir / f"{name}.time")
+            seconds = t[1] - t[0] if t and len(t) == 2 else self.clock() - self.started
+            self.finished.append(Finished(name, int(rc[0]), seconds))
+            out.append(f"{tag}: {verdict(int(rc[0]))} after {fmt_seconds(seconds)}")
+            self.next, self.started = self.next + 1, None
+        return out
+
+
+class Watch:
+    """A thread that echoes a Progress's events as they happen, and calls
+    `heartbeat` every `every` seconds for a line of its own."""
+
+    def __init__(self, progress: Progress, echo: Callable[[str], None], *,
+                 heartbeat: Callable[[Progress], str] | None = None, every: float = 0,
+                 interval: float = 1.0):
+        self.progress, self.echo, self.heartbeat, self.every = progress, echo, heartbeat, every
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.beat = time.monotonic()
+
+    def tick(self) -> None:
+        for line in self.progress.poll():
+            self.echo(line)
+        if self.heartbeat and self.every and time.monotonic() - self.beat >= self.every:
+            self.beat = time.monotonic()
+            self.echo(self.heartbeat(self.progress))
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.tick()
+            except Exception as e:  # progress must never stop a run
+                self.echo(f"(progress: {e})")
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        self.thread.join(timeout=10)
+        if exc[0] is None:
+            self.tick()
+
+
+def printer(prefix: str) -> Callable[[str], None]:
+    def echo(line: str) -> None:
+        sys.stdout.write(f"{prefix}{line}\n")
+        sys.stdout.flush()
+    return echo
+
+
 def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
               memory="4G", cpus=2, numa_nodes=2, boot_timeout=180,
               sysctls: dict[str, str] | None = None, swap: str = "zram",
               keep_thp: bool = False, root_fs: str = "9p",
-              tcg_single: bool = False) -> SuiteRun:
+              tcg_single: bool = False, echo: Callable[[str], None] | None = printer("suite: "),
+              heartbeat: Callable[[Progress], str] | None = None,
+              heartbeat_every: float = 0) -> SuiteRun:
     """Boot `kernel` once and run `programs` in it, in order, with swap on
     `swap` ("zram" or "loop": see tests/guest/run-suite.sh), and THP on
-    madvise unless `keep_thp` (then as the kernel's config set it)."""
+    madvise unless `keep_thp` (then as the kernel's config set it).
+
+    Each program's start and result (exit code, time) go to `echo` as they
+    happen (None: quiet), and a line of `heartbeat` every `heartbeat_every`
+    seconds."""
     outdir.mkdir(parents=True, exist_ok=True)
     for f in outdir.iterdir():
         f.unlink()
@@ -259,9 +385,16 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
     # The guest is killed if the programs together overrun their timeouts.
     timeout = boot_timeout + sum((p.timeout + 30) * (1 + p.retries) for p in programs)
     start = time.time()
-    res = vm.run(kernel, cmd, memory=memory, cpus=cpus, numa_nodes=numa_nodes,
-                 timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log",
-                 root_fs=root_fs, tcg_single=tcg_single)
+    names = [line.split(" ", 1)[0] for line in lines]
+    if echo:
+        echo(f"booting {kernel} for {len(names)} programs (at most {fmt_seconds(timeout)}); "
+             f"results in {outdir}")
+    progress = Progress(outdir, names)
+    with (Watch(progress, echo, heartbeat=heartbeat, every=heartbeat_every) if echo
+          else contextlib.nullcontext()):
+        res = vm.run(kernel, cmd, memory=memory, cpus=cpus, numa_nodes=numa_nodes,
+                     timeout=timeout, rwdirs=[outdir], log_path=outdir / "console.log",
+                     root_fs=root_fs, tcg_single=tcg_single)
     results = {}
     for p in programs:
         rc_file = outdir / f"{p.name}.rc"
