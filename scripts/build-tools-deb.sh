@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
 # Build the async-fork-tools package with plain dpkg-deb from a staging
-# folder: /usr/bin/async-fork-run (bench/async-fork-run.c), its man page,
+# folder: /usr/bin/async-fork-run (packaging/async-fork-tools/async-fork-run.c), its man page,
 # and systemd drop-in examples for redis-server and valkey-server
 # (packaging/async-fork-tools/).  Seconds, no kernel needed.
 #
@@ -45,7 +45,7 @@ read -ra cflags <<<"$(dpkg-buildflags --get CFLAGS)"
 read -ra ldflags <<<"$(dpkg-buildflags --get LDFLAGS)"
 gcc "${cppflags[@]}" "${cflags[@]}" -Wall -Wextra -Werror \
 	-DAFR_VERSION="\"$version\"" -o "$stage/usr/bin/async-fork-run" \
-	"$top/bench/async-fork-run.c" "${ldflags[@]}"
+	"$pkgsrc/async-fork-run.c" "${ldflags[@]}"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note \
 	"$stage/usr/bin/async-fork-run"
 

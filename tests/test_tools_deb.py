@@ -120,7 +120,7 @@ def wrapper(tmp_path_factory):
     """async-fork-run, and a preload that makes prctl() fail with SHIM_ERRNO."""
     d = tmp_path_factory.mktemp("wrapper")
     (d / "shim.c").write_text(SHIM)
-    for args in (["-o", d / "async-fork-run", TOP / "bench/async-fork-run.c"],
+    for args in (["-o", d / "async-fork-run", TOP / "packaging/async-fork-tools/async-fork-run.c"],
                  ["-shared", "-fPIC", "-o", d / "shim.so", d / "shim.c"]):
         r = run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", *args])
         assert r.returncode == 0, r.stderr
