@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
 """The async-fork-tools package, built on the host in seconds by debhelper
 (scripts/build-tools-deb.sh, packaging/async-fork-tools/debian/): what it
-holds, that its version names the commit, and what its async-fork-run
-says and does for each answer the kernel can give (no guest: a preloaded
-prctl() stands in for the kernels this host does not run)."""
+holds, that its version names the commit, that lintian finds nothing, and
+what its async-fork-run says and does for each answer the kernel can give
+(no guest: a preloaded prctl() stands in for the kernels this host does
+not run)."""
 
 import os
 import re
@@ -47,6 +48,19 @@ def tools_deb(tmp_path_factory) -> Path:
     debs = list((out / "debs").glob("async-fork-tools_*.deb"))
     assert len(debs) == 1, debs
     return debs[0]
+
+
+def test_tools_package_is_lintian_clean(tools_deb):
+    """lintian, Debian's own checker, finds no error and no warning (and
+    says which info and pedantic tags it sees, for the failure message)."""
+    if not shutil.which("lintian"):
+        pytest.skip("lintian is not installed (apt-get install --no-install-recommends lintian; "
+                    "scripts/setup.sh installs it)")
+    r = run(["lintian", "--fail-on", "error,warning", "--info", "--pedantic", tools_deb],
+            timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tags = [line for line in r.stdout.splitlines() if re.match(r"[EW]: ", line)]
+    assert not tags, r.stdout
 
 
 def test_tools_package_is_built_by_debhelper(tools_deb):
