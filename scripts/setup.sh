@@ -25,14 +25,15 @@ cd "$top"
 # Kernel build, QEMU for the guest, Redis and hiredis for the demo,
 # libraries the upstream mm selftests link against, stress-ng for the
 # stress tests.  make deb: Debian's kernel configs (the same version as
-# the source), dpkg-dev and debhelper for bindeb-pkg, openssl for the
-# module signing key, groff for the man page of async-fork-tools,
-# and the linter of the test that checks the packaging scripts;
+# the source), dpkg-dev and debhelper for bindeb-pkg and for
+# async-fork-tools (dpkg-buildpackage, dh), openssl for the module
+# signing key, groff for the man page of async-fork-tools, lintian
+# that checks that package, and the linter of the packaging scripts;
 # libseccomp-dev and libcap-ng-dev for 'make virtiofsd' (make test-deb).
 apt_packages=(
 	linux-source-6.12 build-essential bc bison flex libelf-dev libssl-dev
 	cpio kmod rsync xz-utils ccache pahole python3-venv
-	linux-config-6.12 dpkg-dev debhelper openssl groff-base shellcheck
+	linux-config-6.12 dpkg-dev debhelper openssl groff-base lintian shellcheck
 	qemu-system-x86 busybox-static udev iproute2
 	redis-server redis-tools libhiredis-dev
 	libnuma-dev libcap-dev liburing-dev

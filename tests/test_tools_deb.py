@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The async-fork-tools package, built on the host in seconds
-(scripts/build-tools-deb.sh): what it holds, that its version names the
-commit, and what its async-fork-run says and does for each answer the
-kernel can give (no guest: a preloaded prctl() stands in for the kernels
-this host does not run)."""
+"""The async-fork-tools package, built on the host in seconds by debhelper
+(scripts/build-tools-deb.sh, packaging/async-fork-tools/debian/): what it
+holds, that its version names the commit, that lintian finds nothing, and
+what its async-fork-run says and does for each answer the kernel can give
+(no guest: a preloaded prctl() stands in for the kernels this host does
+not run)."""
 
 import os
 import re
@@ -32,14 +33,54 @@ TOOLS_FILES = {
 }
 
 
+SOURCE = TOP / "packaging/async-fork-tools"
+
+
 @pytest.fixture(scope="module")
 def tools_deb(tmp_path_factory) -> Path:
+    missing = [t for t in ("dpkg-buildpackage", "dh") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"no {' or '.join(missing)} on this host: building the package needs "
+                    "dpkg-dev and debhelper (scripts/setup.sh installs them)")
     out = tmp_path_factory.mktemp("tools-deb")
     r = run([TOP / "scripts/build-tools-deb.sh", out])
     assert r.returncode == 0, r.stdout + r.stderr
     debs = list((out / "debs").glob("async-fork-tools_*.deb"))
     assert len(debs) == 1, debs
     return debs[0]
+
+
+def test_tools_package_is_lintian_clean(tools_deb):
+    """lintian, Debian's own checker, finds no error and no warning (and
+    says which info and pedantic tags it sees, for the failure message)."""
+    if not shutil.which("lintian"):
+        pytest.skip("lintian is not installed (apt-get install --no-install-recommends lintian; "
+                    "scripts/setup.sh installs it)")
+    r = run(["lintian", "--fail-on", "error,warning", "--info", "--pedantic", tools_deb],
+            timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    tags = [line for line in r.stdout.splitlines() if re.match(r"[EW]: ", line)]
+    assert not tags, r.stdout
+
+
+def test_tools_package_is_built_by_debhelper(tools_deb):
+    """The package comes from debian/ by dh (dpkg-buildpackage -b), not
+    from a staging folder packed by hand: its source says so, and the
+    build leaves the .changes and .buildinfo of dpkg-buildpackage."""
+    rules = (SOURCE / "debian/rules").read_text()
+    assert re.search(r"^%:\n\tdh \$@$", rules, re.M), rules
+    control = (SOURCE / "debian/control").read_text()
+    assert "debhelper-compat (= 13)" in control
+    maintainer = re.search(r"^Maintainer: (.*)$", control, re.M).group(1)
+    assert "localhost" not in maintainer
+    assert (SOURCE / "debian/source/format").read_text().strip() == "3.0 (native)"
+    assert (SOURCE / "debian/copyright").read_text().startswith(
+        "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/")
+    work = tools_deb.parent.parent / "tools-deb"
+    version = run(["dpkg-deb", "-f", tools_deb, "Version"]).stdout.strip()
+    assert (work / tools_deb.name).exists()
+    assert list(work.glob(f"async-fork-tools_{version}_*.changes"))
+    assert run(["dpkg-deb", "-f", tools_deb, "Maintainer"]).stdout.strip() == maintainer
 
 
 def test_tools_package_files(tools_deb):
@@ -120,7 +161,7 @@ def wrapper(tmp_path_factory):
     """async-fork-run, and a preload that makes prctl() fail with SHIM_ERRNO."""
     d = tmp_path_factory.mktemp("wrapper")
     (d / "shim.c").write_text(SHIM)
-    for args in (["-o", d / "async-fork-run", TOP / "bench/async-fork-run.c"],
+    for args in (["-o", d / "async-fork-run", SOURCE / "async-fork-run.c"],
                  ["-shared", "-fPIC", "-o", d / "shim.so", d / "shim.c"]):
         r = run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", *args])
         assert r.returncode == 0, r.stderr

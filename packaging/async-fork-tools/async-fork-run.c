@@ -13,7 +13,8 @@
  * says so and still runs PROGRAM, which then forks the default way: a
  * service started through it keeps starting after a move to another
  * kernel.  --strict makes that an error (exit status 1) instead.
- * Packaged as async-fork-tools (packaging/async-fork-tools/async-fork-run.1).
+ * Packaged as async-fork-tools (packaging/async-fork-tools/, man page
+ * async-fork-run.1.in).
  */
 #define _GNU_SOURCE
 #include <errno.h>
