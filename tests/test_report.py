@@ -155,6 +155,65 @@ def test_an_unbacked_figure_is_caught(tmp_path):
                     table + good, tmp_path) == []
 
 
+DIRTY_SAID = "from a tree with uncommitted changes"
+
+
+def record_commit(record: dict) -> str | None:
+    """The commit a record names (records before SCHEMA 1: meta.project)."""
+    return record.get("commit") or record.get("meta", {}).get("project")
+
+
+def dirty_unsaid(text: str, doc: Path, top: Path) -> list[str]:
+    """The records of docs/results/ that a document links and that name a
+    commit of a tree with uncommitted changes ("-dirty") without the text
+    right after the link (up to the next link or the paragraph's end) saying
+    so."""
+    bad = []
+    for m in re.finditer(r"\]\(([^)]*results/[^)]+\.json)\)", text):
+        path = (doc.parent / m.group(1)).resolve()
+        if not path.is_file():
+            path = (top / m.group(1)).resolve()
+        if not path.is_file():
+            continue
+        commit = record_commit(json.loads(path.read_text())) or ""
+        if not commit.endswith("-dirty"):
+            continue
+        after = text[m.end():].split("\n\n", 1)[0].split("](", 1)[0][:300]
+        if DIRTY_SAID not in " ".join(after.split()):
+            bad.append(f"{doc.name}: {m.group(1)} ({commit}) is cited without "
+                       f"'{DIRTY_SAID}'")
+    return bad
+
+
+def cited_docs() -> list[Path]:
+    return [README] + sorted((DOCS / "findings").glob("*.md"))
+
+
+def test_cited_records_of_dirty_trees_say_so():
+    bad = [b for d in cited_docs() for b in dirty_unsaid(d.read_text(), d, TOP)]
+    assert not bad, "\n".join(bad)
+
+
+def test_a_dirty_record_cited_silently_is_caught(tmp_path):
+    res = tmp_path / "docs/results"
+    res.mkdir(parents=True)
+    (res / "demo-a.json").write_text(json.dumps({"commit": "abc1234-dirty"}))
+    (res / "demo-b.json").write_text(json.dumps({"commit": "abc1234"}))
+    (res / "old.json").write_text(json.dumps({"meta": {"project": "abc1234-dirty"}}))
+    doc = tmp_path / "docs/findings/x.md"
+    doc.parent.mkdir()
+    said = f"[a](../results/demo-a.json) ({DIRTY_SAID}), [b](../results/demo-b.json)"
+    assert dirty_unsaid(said, doc, tmp_path) == []
+    # The mark must follow its own link, not a later one's.
+    late = f"[a](../results/demo-a.json), [b](../results/demo-b.json) ({DIRTY_SAID})"
+    assert dirty_unsaid(late, doc, tmp_path) == [
+        f"x.md: ../results/demo-a.json (abc1234-dirty) is cited without '{DIRTY_SAID}'"]
+    assert len(dirty_unsaid("[o](../results/old.json) at abc1234", doc, tmp_path)) == 1
+    readme = tmp_path / "README.md"
+    assert len(dirty_unsaid("[a](docs/results/demo-a.json)\n\n" + DIRTY_SAID, readme,
+                            tmp_path)) == 1
+
+
 def test_report_draws_a_bench_fork_record(tmp_path):
     # A bench-fork run's record, as fork_bench.report() writes it from its
     # files, rendered by make report's code: its medians are in the page.
