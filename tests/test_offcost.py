@@ -43,3 +43,62 @@ def test_offcost_program_refuses_bad_arguments():
     for args in (["--bogus"], ["--runs", "0"], ["--only", "nope"]):
         r = subprocess.run([str(prog), *args], capture_output=True, text=True, timeout=10)
         assert r.returncode == 2 and r.stderr, args
+
+
+def test_one_slow_run_does_not_inflate_the_interval():
+    base = [100, 101, 99, 100, 102, 98, 100, 101, 99, 100, 100, 101, 99, 100, 102]
+    other = [x * 1.01 for x in base[:-1]] + [500]     # 1% slower, and one run 5 times
+    s = offcost.summarize({"unpatched": {"fork_exit": base}, "y": {"fork_exit": other}})
+    y = s["y"]["fork_exit"]
+    assert y["spread_pct"] / 2 > 190                  # the half-range: that one run
+    lo, hi = y["ci_pct"]
+    assert lo <= y["diff_pct"] <= hi
+    assert -2 < lo and hi < 3                         # the interval: the 1%, not the run
+    assert "ci_pct" not in s["unpatched"]["fork_exit"]
+
+
+def test_the_interval_is_seeded():
+    v = {"unpatched": {"odirect": [250, 253, 252, 250, 257, 263, 513, 325]},
+         "n": {"odirect": [262, 275, 269, 253, 252, 258, 359, 271]}}
+    assert offcost.summarize(v) == offcost.summarize(v)
+    assert offcost.median_diff_ci([1, 2, 3, 4], [2, 3, 4, 5], resamples=200, seed=7) == \
+        offcost.median_diff_ci([1, 2, 3, 4], [2, 3, 4, 5], resamples=200, seed=7)
+    lo, hi = offcost.median_diff_ci([10.0] * 5, [11.0] * 5)
+    assert lo == pytest.approx(10) and hi == pytest.approx(10)
+
+
+def test_the_table_shows_the_interval():
+    values = {"unpatched": {"fork_exit": [100, 110, 90]},
+              "y": {"fork_exit": [120, 118, 122]},
+              "n": {"fork_exit": [99, 100, 101]}}
+    s = offcost.summarize(values)
+    md = offcost.table(s, {"fork_exit": "us/op"})
+    head, rule, row = md.splitlines()
+    assert head == "| test | unit | unpatched | y | n | Δ y | Δ n |"
+    assert rule == "|---|---|---|---|---|---|---|"
+    lo, hi = s["y"]["fork_exit"]["ci_pct"]
+    assert row.endswith(f"| +20.0% [{lo:+.1f}, {hi:+.1f}] | "
+                        f"{offcost.ci_cell(s['n']['fork_exit'])} |")
+    assert "bootstrap" in offcost.LEGEND and str(offcost.SEED) in offcost.LEGEND
+
+
+def test_the_record_names_its_machine(monkeypatch):
+    asked = []
+    machine = {"host": "vm", "host_virtualization": "docker", "host_cpu": "AMD EPYC",
+               "host_cpus": 2, "host_memory_mb": 24105, "host_kernel": "6.18.44",
+               "accel": "tcg", "guest_cpus": 2, "guest_memory": "3G"}
+    monkeypatch.setattr(offcost.results, "machine", lambda *a: asked.append(a) or machine)
+    kernels = [{"label": n, "release": "6.12.117", "flavour": "lean", "config_sha256": None,
+                "async_fork": "absent"} for n in ("unpatched", "y", "n")]
+    values = {"unpatched": {"fork_exit": [100, 110, 90]}, "y": {"fork_exit": [120, 118, 122]},
+              "n": {"fork_exit": [99, 100, 101]}}
+    rec = offcost.make_record(values, {"fork_exit": "us/op"}, kernels, argv=[], args={},
+                              started=1795600000.0, seconds=60)
+    assert asked == [(offcost.CPUS, offcost.MEMORY)]
+    assert rec["kind"] == "bench-offcost" and rec["machine"] == machine
+    assert rec["bootstrap"] == {"resamples": offcost.RESAMPLES, "seed": offcost.SEED,
+                                "level": offcost.LEVEL}
+    assert rec["summary"] == offcost.summarize(values)
+    md = offcost.markdown(rec)
+    assert md.endswith("machine: a guest of 2 vCPUs and 3G under TCG on AMD EPYC, 2 CPUs, "
+                       "24105 MiB, kernel 6.18.44, itself a VM (docker)")

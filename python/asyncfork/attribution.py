@@ -34,14 +34,21 @@ the server's main thread, a list of (start, end, cause), and splits the
 interval [intended send, reply] of each request into causes; what no
 event explains (before the first event, after events were lost) is the
 "unexplained" remainder, so that the causes always add up to the latency.
+Covered is not explained: some labels name no cause ("user space", "runnable:
+other", ...: CATCH_ALL), and the tail's time is reported as explained by
+specific causes, covered by those catch-alls, or unexplained (explained()).
 While the server sleeps in its event loop (epoll_wait) the request had not
 reached it or its reply had not been read: the client side, split by what
 the load generator was doing.
+
+python -m asyncfork.attribution RECORD... prints the group-of-causes table
+of committed bench-redis and demo records, catch-alls apart.
 """
 
 import bisect
 import heapq
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -621,11 +628,14 @@ def attribute(tl: Timeline, reqs: list, window: tuple, before_max_ns: int) -> di
     total = {}
     for a, b, _ in tail:
         add(total, tl.breakdown(a, b))
+    tail_rows = [{"cause": c, "ms": ms, "share": s} for c, ms, s in table(total)]
     return {"slow_threshold_ms": SLOW_FACTOR * before_max_ns / 1e6,
             "slow": slow_rows, "tail_requests": len(tail),
             "tail_min_ms": (tail[-1][1] - tail[-1][0]) / 1e6 if tail else None,
             "tail_ms": sum(b - a for a, b, _ in tail) / 1e6,
-            "tail": [{"cause": c, "ms": ms, "share": s} for c, ms, s in table(total)],
+            "tail": tail_rows,
+            # What the causes explain, and what catch-all labels only cover.
+            "tail_explained": explained(tail_rows),
             "own": {"requests": len(inside),
                     "over_limit": sum(1 for o in own if o[0] > OWN_LIMIT_NS),
                     "limit_ms": OWN_LIMIT_NS / 1e6,
@@ -731,6 +741,41 @@ def own_table(configs: list) -> list:
 GROUPS = ("fork()", "Async-fork", "COW faults", "server's own work",
           "waiting for a CPU", "client side", "unexplained")
 
+# Labels that name no cause: time some event covers, but nothing says what
+# it was for.  "user space" is the server running outside any traced
+# syscall or fault (its own work, or whatever the trace cannot see: an
+# interrupt, the emulator); "sleeping" a sleep in no known syscall;
+# "runnable: unknown" a wait on a CPU whose first switch the trace lacks;
+# "runnable: other (comm)" a wait behind a task the analysis has no name
+# for; "client: load generator unknown" the server idle while the load
+# generator's state is not known.  Time under them is covered, not
+# explained: it is reported apart from the specific causes (catch_all()).
+CATCH_ALL = ("user space", "sleeping", "runnable: unknown", "client: load generator unknown")
+CATCH_ALL_PREFIXES = ("runnable: other",)
+
+
+def catch_all(cause: str) -> bool:
+    return cause in CATCH_ALL or cause.startswith(CATCH_ALL_PREFIXES)
+
+
+def explained(tail: list) -> dict:
+    """How much of a tail ([{"cause", "ms", "share"}], attribute()'s) its
+    causes explain: "explained_specific" (causes that say what the time
+    was for), "catch_all" (catch_all(): covered by an event, but no cause
+    named), "unexplained" (no event at all), each a share of the tail's
+    time and in ms, and the catch-all labels' own shares."""
+    out = {"explained_specific": 0.0, "catch_all": 0.0, "unexplained": 0.0,
+           "explained_specific_ms": 0.0, "catch_all_ms": 0.0, "unexplained_ms": 0.0,
+           "catch_all_causes": {}}
+    for r in tail:
+        kind = ("unexplained" if r["cause"] == "unexplained" else
+                "catch_all" if catch_all(r["cause"]) else "explained_specific")
+        out[kind] += r["share"]
+        out[kind + "_ms"] += r["ms"]
+        if kind == "catch_all":
+            out["catch_all_causes"][r["cause"]] = r["share"]
+    return out
+
 
 def group(cause: str) -> str:
     if cause.endswith("(fork)"):
@@ -750,22 +795,51 @@ def group(cause: str) -> str:
     return "server's own work"
 
 
-def group_table(configs: list) -> list:
+CATCH_ALL_GROUP = "catch-all"
+EXPLAINED = "explained"
+
+
+def group_table(configs: list, catch_all_apart: bool = False) -> list:
     """Lines of one table over configurations [(name, {mode: attribution})]:
-    the share of each group of causes in the tail's time, per mode."""
+    the share of each group of causes in the tail's time, per mode.  With
+    catch_all_apart (what the runs print), each group counts its specific
+    causes only, the catch-all labels (catch_all()) have a column of their
+    own before "unexplained", and a last column, "explained", sums the
+    specific causes: what the trace explains, not merely covers."""
     rows = [(name, m, att) for name, atts in configs for m, att in atts.items()
             if att.get("tail")]
     if not rows:
         return []
-    lines = ["the slowest 1% of the snapshot window, by group of causes (share of its time)",
-             f"{'configuration':<24} {'mode':<8}" + "".join(f" {g:>7}" for g in GROUPS)]
+    groups = (GROUPS[:-1] + (CATCH_ALL_GROUP, GROUPS[-1], EXPLAINED) if catch_all_apart
+              else GROUPS)
+    title = "the slowest 1% of the snapshot window, by group of causes (share of its time)"
+    if catch_all_apart:
+        title += ("; catch-all: time covered by labels that name no cause (user space, "
+                  "runnable: other or unknown, ...); explained: the specific causes' sum")
+    lines = [title, f"{'configuration':<24} {'mode':<8}" + "".join(f" {g:>7}" for g in groups)]
     for name, m, att in rows:
-        share = dict.fromkeys(GROUPS, 0.0)
+        share = dict.fromkeys(groups, 0.0)
         for r in att["tail"]:
-            share[group(r["cause"])] += r["share"]
+            if catch_all_apart and catch_all(r["cause"]):
+                share[CATCH_ALL_GROUP] += r["share"]
+            else:
+                share[group(r["cause"])] += r["share"]
+        if catch_all_apart:
+            share[EXPLAINED] = explained(att["tail"])["explained_specific"]
         lines.append(f"{name:<24} {m:<8}" + "".join(f" {share[g]:>{max(len(g), 7)}.1%}"
-                                                      for g in GROUPS))
+                                                      for g in groups))
     return lines
+
+
+def explained_lines(mode: str, att: dict) -> list:
+    """How much of the tail's time the causes explain (explained())."""
+    if not att.get("tail"):
+        return []
+    e = explained(att["tail"])
+    parts = ", ".join(f"{c} {s:.1%}" for c, s in e["catch_all_causes"].items())
+    return [f"{mode}: of the tail's time, {e['explained_specific']:.1%} is explained by "
+            f"specific causes, {e['catch_all']:.1%} only covered by catch-all labels"
+            + (f" ({parts})" if parts else "") + f", {e['unexplained']:.1%} unexplained"]
 
 
 def warning_lines(mode: str, att: dict) -> list:
@@ -839,9 +913,49 @@ def print_report(atts: dict) -> None:
         if "error" in att:
             print(f"{mode}: no attribution: {att['error']}")
             continue
-        for line in warning_lines(mode, att) + own_lines(mode, att) + slow_lines(mode, att):
+        for line in (warning_lines(mode, att) + own_lines(mode, att) +
+                     explained_lines(mode, att) + slow_lines(mode, att)):
             print(line)
     lines = mode_table(atts)
     if lines:
         print()
         print("\n".join(lines))
+
+
+# --- committed records -----------------------------------------------------
+
+def record_configs(record: dict, name: str = "this run") -> list:
+    """[(configuration, {mode: attribution})] of a bench-redis or demo
+    record (the demo's one configuration is called name)."""
+    if "runs" in record:
+        return [(r["config"]["name"], {m: t["attribution"] for m, t in r["table"].items()
+                                       if "attribution" in t}) for r in record["runs"]]
+    return [(name, {m: t["attribution"] for m, t in record.get("modes", {}).items()
+                    if "attribution" in t})]
+
+
+def main(argv=None) -> int:
+    """The group-of-causes table, catch-alls apart, of committed records:
+    python -m asyncfork.attribution docs/results/bench-redis-*.json ..."""
+    import argparse
+    import json
+    ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    ap.add_argument("records", nargs="+", help="bench-redis or demo records (JSON)")
+    a = ap.parse_args(argv)
+    configs = []
+    for f in a.records:
+        configs += record_configs(json.loads(Path(f).read_text()), Path(f).stem)
+    lines = group_table(configs, catch_all_apart=True)
+    if not lines:
+        print("attribution: no record given has an attributed tail", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    for name, atts in configs:
+        for mode, att in atts.items():
+            for line in explained_lines(f"{name} {mode}", att):
+                print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -219,7 +219,7 @@ def print_table(record: dict) -> None:
     atts = {m: t["attribution"] for m, t in table.items() if "attribution" in t}
     if atts:
         attribution.print_report(atts)
-        groups = attribution.group_table([("this run", atts)])
+        groups = attribution.group_table([("this run", atts)], catch_all_apart=True)
         if groups:
             print()
             print("\n".join(groups))

@@ -8,13 +8,20 @@ CONFIG_ASYNC_FORK=n.  The boots alternate, in a rotating order (A B C,
 B C A, C A B, ...), so that neither a slow phase of the host nor the
 place in a round favours a kernel; each boot runs every test --runs
 times.  Reports, per test and kernel, the median of all runs, the
-spread (min to max, in % of the median) and the ratio of the median to the
-unpatched kernel's; a difference smaller than the spread is noise.
+spread (min to max, in % of the median, for reference: one slow run
+inflates it) and the ratio of the median to the unpatched kernel's; and,
+per patched kernel, the difference of its median from the unpatched
+kernel's with a 95% bootstrap confidence interval (both kernels' runs
+resampled RESAMPLES times, seeded: the same values give the same
+interval), which one outlier cannot inflate.  An interval that holds 0 is
+no difference this run can resolve.
 
-Writes JSON (every value and the run's metadata) and a markdown table.
+Writes JSON (every value, the machine it ran on and the run's metadata)
+and a markdown table.
 """
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -29,6 +36,9 @@ KERNELS = (("unpatched", "unpatched/lean"),
 TESTS = ("fork_exit", "fork_1g", "write_fault", "mprotect", "mmap_munmap", "odirect")
 MEMORY = "3G"
 CPUS = 2
+RESAMPLES = 10000
+SEED = 1
+LEVEL = 0.95
 
 # In the guest: Async-fork off if the kernel has it, a loop device over a
 # tmpfs file for the O_DIRECT reads, then the tests.
@@ -53,8 +63,26 @@ def parse(console: str) -> dict:
     return out
 
 
+def median_diff_ci(base: list, other: list, resamples: int = RESAMPLES, seed: int = SEED,
+                   level: float = LEVEL) -> tuple[float, float]:
+    """The bootstrap confidence interval (percentile, at level) of
+    median(other) - median(base), in % of median(base): each resample
+    draws both lists' runs with replacement.  Seeded: the same runs give
+    the same interval."""
+    rng = random.Random(seed)
+    scale = 100 / statistics.median(base)
+    diffs = sorted((statistics.median(rng.choices(other, k=len(other))) -
+                    statistics.median(rng.choices(base, k=len(base)))) * scale
+                   for _ in range(resamples))
+    tail = (1 - level) / 2
+    return (diffs[int(tail * (resamples - 1))], diffs[int(round((1 - tail) * (resamples - 1)))])
+
+
 def summarize(values: dict) -> dict:
-    """{kernel: {test: {median, min, max, spread_pct, n}}}, ratios to the first kernel."""
+    """{kernel: {test: {median, min, max, spread_pct, n}}}, ratios to the
+    first kernel; for the others also diff_pct, the difference of the
+    medians in % of the first kernel's, and ci_pct, its bootstrap
+    interval (median_diff_ci())."""
     summary = {}
     base = next(iter(values))
     for k, tests in values.items():
@@ -67,17 +95,31 @@ def summarize(values: dict) -> dict:
         for t, s in summary[k].items():
             b = summary[base].get(t)
             s["ratio"] = s["median"] / b["median"] if b and b["median"] else None
+            if k != base and b and b["median"]:
+                s["diff_pct"] = 100 * (s["median"] - b["median"]) / b["median"]
+                s["ci_pct"] = list(median_diff_ci(values[base][t], values[k][t]))
     return summary
 
 
 LEGEND = ("median of all runs (± half the range from the fastest to the slowest run, in % of "
-          "the median; x: ratio to the unpatched kernel's median)")
+          "the median, which one slow run inflates; x: ratio to the unpatched kernel's median); "
+          "Δ: the difference of a kernel's median from the unpatched kernel's, in %, and its "
+          f"{LEVEL:.0%} bootstrap confidence interval ({RESAMPLES} resamples of both kernels' "
+          f"runs, seed {SEED}): an interval that holds 0 is no difference this run resolves")
+
+
+def ci_cell(s: dict) -> str:
+    if "ci_pct" not in s:
+        return "-"
+    lo, hi = s["ci_pct"]
+    return f"{s['diff_pct']:+.1f}% [{lo:+.1f}, {hi:+.1f}]"
 
 
 def table(summary: dict, units: dict) -> str:
     kernels = list(summary)
-    lines = ["| test | unit | " + " | ".join(kernels) + " |",
-             "|---|---|" + "---|" * len(kernels)]
+    others = [k for k in kernels[1:] if any("ci_pct" in s for s in summary[k].values())]
+    lines = ["| test | unit | " + " | ".join(kernels + [f"Δ {k}" for k in others]) + " |",
+             "|---|---|" + "---|" * (len(kernels) + len(others))]
     for t in TESTS:
         if t not in summary[kernels[0]]:
             continue
@@ -86,8 +128,41 @@ def table(summary: dict, units: dict) -> str:
             s = summary[k][t]
             ratio = "" if k == kernels[0] else f", x{s['ratio']:.3f}"
             cells.append(f"{s['median']:.3g} (±{s['spread_pct'] / 2:.0f}%{ratio})")
+        cells += [ci_cell(summary[k].get(t, {})) for k in others]
         lines.append(f"| {t} | {units.get(t, '')} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def machine_line(machine: dict) -> str:
+    """Where the run ran, from its record's machine (results.machine())."""
+    host = (f"{machine.get('host_cpu', '?')}, {machine.get('host_cpus', '?')} CPUs, "
+            f"{machine.get('host_memory_mb', '?')} MiB, kernel {machine.get('host_kernel', '?')}"
+            + (f", itself a VM ({machine.get('host_virtualization') or 'unknown'})"
+               if machine.get("host") == "vm" else ""))
+    if machine.get("guest_cpus") is None:
+        return f"machine: natively on {host}"
+    return (f"machine: a guest of {machine['guest_cpus']} vCPUs and "
+            f"{machine.get('guest_memory', '?')} under {(machine.get('accel') or '?').upper()} "
+            f"on {host}")
+
+
+def make_record(values: dict, units: dict, kernels: list, *, argv: list, args: dict,
+                started: float, seconds: float) -> dict:
+    """The run's record: the metadata (with the machine, results.machine()),
+    every value, and the summary."""
+    return {**results.metadata("bench-offcost", kernels=kernels,
+                               machine_info=results.machine(CPUS, MEMORY), argv=argv,
+                               args=args, started=started),
+            "seconds": round(seconds, 1),
+            "configs": "tinyconfig + kernel/configs/lean.config (+ off.config for =n)",
+            "bootstrap": {"resamples": RESAMPLES, "seed": SEED, "level": LEVEL},
+            "units": units, "values": values, "summary": summarize(values)}
+
+
+def markdown(record: dict) -> str:
+    """offcost.md: the table, its legend, and the machine."""
+    return (table(record["summary"], record["units"]) + "\n\n" + LEGEND + "\n\n" +
+            machine_line(record["machine"]))
 
 
 def main(argv=None) -> int:
@@ -137,15 +212,10 @@ def main(argv=None) -> int:
                     sysctl[name] = f[1]
             for t, v in parse(r.console).items():
                 values[name].setdefault(t, []).extend(v)
-    summary = summarize(values)
-    record = {**results.metadata(
-        "bench-offcost", kernels=[results.kernel(p, label=n, async_fork=sysctl.get(n))
-                                  for n, p in kernels],
-        machine_info=results.machine(CPUS, MEMORY), argv=argv_, args=vars(a), started=t0),
-        "seconds": round(time.time() - t0, 1),
-        "configs": "tinyconfig + kernel/configs/lean.config (+ off.config for =n)",
-        "units": units, "values": values, "summary": summary}
-    md = table(summary, units) + "\n\n" + LEGEND
+    record = make_record(values, units, [results.kernel(p, label=n, async_fork=sysctl.get(n))
+                                         for n, p in kernels],
+                         argv=argv_, args=vars(a), started=t0, seconds=time.time() - t0)
+    md = markdown(record)
     (out / "offcost.md").write_text(md + "\n")
     print(md)
     png = plots.offcost(out / "offcost.png", record)

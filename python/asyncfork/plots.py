@@ -265,7 +265,9 @@ def redis_interruptions(path: Path, record: dict) -> Path | None:
 
 def offcost(path: Path, record: dict) -> Path | None:
     """bench-offcost: each kernel's median per test against the first
-    (unpatched) kernel's, with the range of its runs (min to max)."""
+    (unpatched) kernel's, with the bootstrap interval of the difference of
+    the medians (offcost.summarize()'s ci_pct) where the summary has it,
+    else the range of its runs (min to max, which one slow run inflates)."""
     summary = record["summary"]
     kernels = list(summary)
     tests = [t for t in summary[kernels[0]] if all(t in summary[k] for k in kernels)]
@@ -273,20 +275,29 @@ def offcost(path: Path, record: dict) -> Path | None:
     if plt is None:
         return None
     base = summary[kernels[0]]
+    ci = all("ci_pct" in summary[k][t] for k in kernels[1:] for t in tests)
     fig, ax = plt.subplots(figsize=(8, 3.8))
     width = 0.8 / len(kernels)
     for i, k in enumerate(kernels):
         xs = [j + (i - (len(kernels) - 1) / 2) * width for j in range(len(tests))]
         med = [summary[k][t]["median"] / base[t]["median"] for t in tests]
-        lo = [m - summary[k][t]["min"] / base[t]["median"] for m, t in zip(med, tests)]
-        hi = [summary[k][t]["max"] / base[t]["median"] - m for m, t in zip(med, tests)]
-        ax.errorbar(xs, med, yerr=[lo, hi], fmt="o", capsize=3, label=k)
+        if ci and i:
+            lo = [m - (1 + summary[k][t]["ci_pct"][0] / 100) for m, t in zip(med, tests)]
+            hi = [1 + summary[k][t]["ci_pct"][1] / 100 - m for m, t in zip(med, tests)]
+        elif ci:
+            lo = hi = [0.0] * len(tests)
+        else:
+            lo = [m - summary[k][t]["min"] / base[t]["median"] for m, t in zip(med, tests)]
+            hi = [summary[k][t]["max"] / base[t]["median"] - m for m, t in zip(med, tests)]
+        ax.errorbar(xs, med, yerr=[[max(0.0, x) for x in lo], [max(0.0, x) for x in hi]],
+                    fmt="o", capsize=3, label=k)
     ax.axhline(1.0, color="black", lw=0.6)
     ax.set_xticks(range(len(tests)), tests, fontsize=8)
     ax.set_ylabel(f"median / {kernels[0]}'s median")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.set_title("What the series costs unused: median of each kernel's runs, and their "
-                 "range (min to max)", fontsize=9)
+    ax.set_title("What the series costs unused: median of each kernel's runs, and "
+                 + ("95% bootstrap interval of its difference" if ci
+                    else "their range (min to max)"), fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(plt, fig, path)

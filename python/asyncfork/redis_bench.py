@@ -212,7 +212,7 @@ def report(out: Path, record_dir: Path | None = None, seconds: float | None = No
             attribution.print_report(atts)
     atts = [(r["config"]["name"], {m: t["attribution"] for m, t in r["table"].items()
                                     if "attribution" in t}) for r in rows]
-    for lines in (attribution.group_table(atts), attribution.own_table(atts)):
+    for lines in (attribution.group_table(atts, catch_all_apart=True), attribution.own_table(atts)):
         if lines:
             print()
             print("\n".join(lines))
