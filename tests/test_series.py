@@ -92,12 +92,15 @@ def test_no_placeholder_author():
 def test_knobs_only_in_last_kernel_patch():
     # No prefix of the series can enable Async-fork before every path that
     # changes PTEs copies first: the sysctl, the prctl and the cgroup file
-    # come in the last patch that changes generic kernel code.  Only an
-    # architecture's enablement (files under arch/ alone) may follow it: it
-    # adds the helpers of a mark, no path that changes PTEs.
+    # come in the last patch that changes generic kernel code outside
+    # Async-fork's own files.  Only an architecture's enablement (files
+    # under arch/ alone: the helpers of a mark) and changes to Async-fork's
+    # own files (the debug switch: no caller elsewhere, so no path that
+    # changes PTEs) may follow it.
+    own = ("mm/async_fork.c", "include/linux/async_fork.h", "mm/Kconfig")
     af = [p for p in series() if p.startswith("async-fork/")]
     code = [p for p in af if any(not f.startswith(("Documentation/", "tools/testing/",
-                                                   "MAINTAINERS", "arch/"))
+                                                   "MAINTAINERS", "arch/") + own)
                                  for f in files_of(p))]
     knobs = code[-1]
     for p in af:
