@@ -182,7 +182,8 @@ def run(cmd: list[str], log: Path, stats_path: Path, label: str,
     display = Display(label, stream, tty, last)
     done, warnings, partial = 0, 0, b""
     start = time.monotonic()
-    with open(log, "wb") as f:
+    # Unbuffered: the log shows what the build did so far (tail -f).
+    with open(log, "wb", buffering=0) as f:
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT)
         fd = p.stdout.fileno()
