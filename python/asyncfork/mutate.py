@@ -119,7 +119,7 @@ def program(i: int, row: Row) -> harness.Program:
     off = shlex.quote(row.hook)
     cmd = (f"echo {off} > {MUTATE} && {{ {row.test}; rc=$?; "
            f"echo \"# mutate: $(cat {MUTATE})\"; echo none > {MUTATE}; exit $rc; }}")
-    return harness.Program(f"row{i:02d}", 900, cmd)
+    return harness.Program(f"row{i:02d}", 300, cmd)
 
 
 def hits(output: str) -> int | None:
