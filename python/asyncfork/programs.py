@@ -76,7 +76,7 @@ def own_programs() -> list[suite.Program]:
         # Four copy threads: the child's helpers race with every parent path.
         suite.Program("fork_snapshot_async", 600,
                         async_fork(2, 4) + f"FORK_SNAPSHOT_EXPECT_ASYNC=1 {snap}"),
-        suite.Program("async_fork", 600, str(SELFTESTS / "async_fork")),
+        suite.Program("async_fork", 900, str(SELFTESTS / "async_fork")),
     ] + stress_programs(seconds=15, redis_snapshots=1, redis_keys=20000)
 
 
