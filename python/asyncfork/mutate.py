@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", default=str(BUILD / "debug"),
                     help="the kernel build folder (default: build/debug, which has "
                          "CONFIG_ASYNC_FORK_DEBUG)")
-    ap.add_argument("--rows", help="only the rows whose path contains this text")
+    ap.add_argument("--rows", help="only the rows whose path or hook contains one of "
+                    "these texts, comma-separated (default: every row)")
     ap.add_argument("--record-dir", default=str(RESULTS),
                     help="where the JSON record goes (default BUILD/results)")
     a = ap.parse_args(argv)
@@ -194,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutate: {kernel} has no CONFIG_ASYNC_FORK_DEBUG=y: run 'make kernel-debug'",
               file=sys.stderr)
         return 2
-    rows = [r for r in ROWS if not a.rows or a.rows in r.path]
+    wanted = [w for w in (a.rows or "").split(",") if w]
+    rows = [r for r in ROWS if not wanted or any(w in r.path or w in r.hook for w in wanted)]
     if not rows:
         print(f"mutate: no row matches '{a.rows}'", file=sys.stderr)
         return 2
