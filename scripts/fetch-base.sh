@@ -27,6 +27,7 @@
 #
 # Usage: fetch-base.sh BASE BUILD_DIR
 set -euo pipefail
+shopt -s inherit_errexit  # so that die() in a $(...) stops the run
 
 die() { echo "fetch-base: $*" >&2; exit 1; }
 say() { echo "fetch-base: $*" >&2; }
