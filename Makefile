@@ -7,6 +7,7 @@
 #   make setup          install what the project needs: apt packages, .venv, the harness (SETUP_ARGS=--yes)
 #   make arm64-root     arm64: cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
 #   make source         unpack the kernel source and apply the series into $(BUILD)/linux
+#   make base           fetch and check the kernel base BASE= names (7.3: Linux 7.3.4, kernel/bases/7.3)
 #   (make kernel-NAME   build the guest kernel of profile NAME into $(BUILD)/NAME, its log
 #                       build.log there: the profiles follow this list)
 #   make selftests      build the project's kselftest programs against the prepared tree
@@ -50,7 +51,15 @@
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
 # commit one under docs/results/ and run make report to publish it.
 
-KERNEL_TARBALL ?= /usr/src/linux-source-6.12.tar.xz
+# The kernel base: 6.12 (Debian's linux-source-6.12, the packaged line) or
+# 7.3 (Linux 7.3.4 from Debian's signed archive, kernel/bases/7.3: make
+# base BASE=7.3 fetches and checks it; its series is not ported yet).
+BASE           ?= 6.12
+BASES          := 6.12 7.3
+ifeq ($(filter $(BASE),$(BASES)),)
+$(error BASE=$(BASE) is not a kernel base of this project ($(BASES)))
+endif
+KERNEL_TARBALL ?= $(if $(filter 6.12,$(BASE)),/usr/src/linux-source-6.12.tar.xz,$(BUILD)/bases/linux-$(BASE).tar.xz)
 BUILD          ?= build
 KGIT           ?= $(BUILD)/kgit
 PYTHON         := .venv/bin/python
@@ -94,7 +103,7 @@ KSRC := $(BUILD)/linux
 PROFILES := $(shell awk '{ sub(/\#.*/, "") } NF { print $$1 }' kernel/configs/profiles)
 KERNEL_TARGETS := $(addprefix kernel-,$(PROFILES))
 
-.PHONY: all setup arm64-root source check $(KERNEL_TARGETS) selftests upstream-selftests \
+.PHONY: all setup arm64-root source base check $(KERNEL_TARGETS) selftests upstream-selftests \
 	test soak mutate report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
@@ -113,8 +122,16 @@ setup:
 arm64-root:
 	@scripts/setup-arm64.sh $(BUILD)
 
+# Only 6.12 has a series so far: any other base is refused here, so every
+# target that needs the tree refuses it with this message.
 source:
+ifneq ($(BASE),6.12)
+	@echo "make $@: BASE=$(BASE): the series is not ported to $(BASE) yet; 'make base BASE=$(BASE)' fetches and checks the base alone" >&2; exit 2
+endif
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
+
+base:
+	@scripts/fetch-base.sh $(BASE) $(BUILD)
 
 $(KERNEL_TARGETS): kernel-%: source
 	@scripts/build-kernel.sh $* $(BUILD)
