@@ -82,7 +82,10 @@ def test_soak_takes_a_profile():
 # What make clean keeps in BUILD: the source, what setup-like targets fetch
 # or make once, and the tree of make kernel-git (one edits it).
 KEPT = {"linux", "pristine", "pristine.done", "stage", "source.sum", "arm64-root",
-        "arm64-root.log", "linux-config-arm64", "tools", "kgit"}
+        "arm64-root.log", "linux-config-arm64", "tools", "kgit",
+        # make base: verified downloads of a kernel base (over a GB), kept
+        # as the source is; make distclean removes them.
+        "bases"}
 DEBIAN_FLAVOURS = ("cloud-amd64", "amd64", "cloud-arm64", "arm64")
 
 
