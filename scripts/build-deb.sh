@@ -67,6 +67,8 @@ changes() {
 	# Selected by x86 and arm64 in the patched tree: a new symbol, not in
 	# Debian's config.
 	CONFIG_ARCH_SUPPORTS_ASYNC_FORK=y
+	# The debugfs switches that turn hooks off are for test kernels only.
+	# CONFIG_ASYNC_FORK_DEBUG is not set
 	# Release 6.12.N-asyncfork-$1: the tree's localversion-asyncfork file adds
 	# "-asyncfork", this adds the flavour, as Debian's own releases end in it.
 	CONFIG_LOCALVERSION="-$1"

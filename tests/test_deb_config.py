@@ -115,7 +115,7 @@ def test_command_line(tmp_path):
 # build-deb.sh's changes() has to be agreed here too.
 ALLOWED = {"CONFIG_ASYNC_FORK", "CONFIG_ARCH_SUPPORTS_ASYNC_FORK", "CONFIG_LOCALVERSION",
            "CONFIG_MODULE_SIG_ALL", "CONFIG_MODULE_SIG_KEY", "CONFIG_SYSTEM_TRUSTED_KEYS",
-           "CONFIG_BUILD_SALT"}
+           "CONFIG_BUILD_SALT", "CONFIG_ASYNC_FORK_DEBUG"}
 
 
 def changes(flavour: str) -> dict:
@@ -129,6 +129,8 @@ def test_change_list_is_async_fork_and_signing_only(flavour):
     c = changes(flavour)
     assert set(c) == ALLOWED
     assert c["CONFIG_ASYNC_FORK"] == "y"
+    # The debugfs switches that turn hooks off never ship.
+    assert c["CONFIG_ASYNC_FORK_DEBUG"] == "n"
     assert c["CONFIG_LOCALVERSION"] == f'"-{flavour}"'
     assert c["CONFIG_MODULE_SIG_KEY"] == '"certs/signing_key.pem"'
 
