@@ -45,7 +45,8 @@
 # upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
 # $(BUILD)/arm64-*), KERNEL (a profile below, default debug), NATIVE (1: on
 # this machine, whose kernel must have Async-fork, printing the sysctls and
-# cgroups it will change first; 0 or unset, the default: in the VM), SERVER (redis or valkey), FLAVOUR (Debian's kernel flavour of
+# cgroups it will change first; 0 or unset, the default: in the VM), SERVER
+# (redis or valkey), FLAVOUR (Debian's kernel flavour of
 # make deb, test-deb and soak KERNEL=deb),
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
