@@ -44,8 +44,9 @@
 # by git), ARCH (x86, the default, or arm64: kernel-*, selftests,
 # upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
 # $(BUILD)/arm64-*), KERNEL (a profile below, default debug), NATIVE (1: on
-# this machine, 0: in the VM, unset: native if the running kernel has
-# Async-fork), SERVER (redis or valkey), FLAVOUR (Debian's kernel flavour of
+# this machine, whose kernel must have Async-fork, printing the sysctls and
+# cgroups it will change first; 0 or unset, the default: in the VM), SERVER
+# (redis or valkey), FLAVOUR (Debian's kernel flavour of
 # make deb, test-deb and soak KERNEL=deb),
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
@@ -90,10 +91,15 @@ X86_ONLY       = $(if $(ARM64),echo "make $@: x86 only so far (not with ARCH=arm
 # boot (the project's programs, the upstream mm selftests) and the boot
 # with async_fork=off.
 TEST_FILES     := $(if $(ARM64),tests/test_selftests.py tests/test_upstream_mm.py tests/test_boot_off.py,tests)
-NATIVE_FLAG    := $(if $(filter 1,$(NATIVE)),--native,$(if $(filter 0,$(NATIVE)),--vm))
+# The host changes only when asked: NATIVE=1 runs on this machine, anything
+# else in the VM, whatever the running kernel is.
+ifneq ($(filter-out 0 1,$(NATIVE)),)
+$(error NATIVE=$(NATIVE): 1 runs on this machine, 0 or unset in the VM)
+endif
+NATIVE_FLAG    := $(if $(filter 1,$(NATIVE)),--native,--vm)
 # A native run needs no guest kernel.  An arm64 guest on this host is
 # always a guest (the harness refuses NATIVE=1 with ARCH=arm64 too).
-GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,$(if $(filter 0,$(NATIVE)),kernel-lean,$(if $(wildcard /proc/sys/vm/async_fork),,kernel-lean)))
+GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,kernel-lean)
 GUEST_KERNEL   := $(if $(ARM64),arm64-root kernel-lean,$(GUEST_KERNEL))
 
 KSRC := $(BUILD)/linux

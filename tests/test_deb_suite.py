@@ -6,22 +6,22 @@ import subprocess
 
 import pytest
 
-from asyncfork import deb_suite
+from asyncfork import deb_suite, package
 
 
 def test_find_package_wants_make_deb_first(tmp_path):
     with pytest.raises(SystemExit, match="run 'make deb' first"):
-        deb_suite.find_package(tmp_path)
+        package.find_package(tmp_path)
 
 
 def test_find_package_skips_dbg_and_refuses_two(tmp_path):
     (tmp_path / "linux-image-6.12.117-asyncfork-cloud-amd64-dbg_1_amd64.deb").touch()
     img = tmp_path / "linux-image-6.12.117-asyncfork-cloud-amd64_1_amd64.deb"
     img.touch()
-    assert deb_suite.find_package(tmp_path) == img
+    assert package.find_package(tmp_path) == img
     (tmp_path / "linux-image-6.12.118-asyncfork-cloud-amd64_1_amd64.deb").touch()
     with pytest.raises(SystemExit, match="several"):
-        deb_suite.find_package(tmp_path)
+        package.find_package(tmp_path)
 
 
 def test_walkers_boot_wraps_every_program_in_ksm_merge():
@@ -54,7 +54,7 @@ def test_wrapped_commands_are_judged_as_the_program_they_run():
             assert not soak.is_fork_stress(p)
 
 
-WALKERS = deb_suite.GUEST / "walkers.sh"
+WALKERS = package.GUEST / "walkers.sh"
 
 BEFORE = """ksm_full_scans 0
 ksm_pages_scanned 0
@@ -108,15 +108,15 @@ def test_each_architecture_its_flavour_and_tcg_threads():
 def test_modules_linked_into_a_foreign_root(tmp_path):
     unpacked, guest = tmp_path / "root", tmp_path / "arm64-root"
     with pytest.raises(SystemExit, match="one lib/modules"):
-        deb_suite.link_modules(unpacked, guest)
+        package.link_modules(unpacked, guest)
     mods = unpacked / "lib/modules/6.12.117-asyncfork-cloud-arm64"
     mods.mkdir(parents=True)
     (mods / "modules.dep").touch()
-    link = deb_suite.link_modules(unpacked, guest)
+    link = package.link_modules(unpacked, guest)
     assert link == guest / "lib/modules/6.12.117-asyncfork-cloud-arm64"
     assert link.resolve() == mods.resolve()
-    assert deb_suite.link_modules(unpacked, guest) == link     # again: replaced
+    assert package.link_modules(unpacked, guest) == link     # again: replaced
     link.unlink()
     link.mkdir()
     with pytest.raises(SystemExit, match="not the link test-deb makes"):
-        deb_suite.link_modules(unpacked, guest)
+        package.link_modules(unpacked, guest)

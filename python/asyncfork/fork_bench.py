@@ -7,10 +7,11 @@ sizes, 4 KiB pages and THP: the time the parent spends in fork() and the
 time until the child runs (with Async-fork, until its page-table copy is
 done), for the default fork and for Async-fork with each number of copy
 threads (--threads).  The guest is sized from the host's free memory
-(--memory overrides).  Natively (the running kernel has Async-fork, or
-NATIVE=1 / --native; NATIVE=0 / --vm forces the VM): the same runs on this
-machine, with vm.async_fork, vm.async_fork_copy_threads and THP's
-"enabled" put back when they end, Ctrl-C included.  Results go to
+(--memory overrides).  Natively, only when asked (NATIVE=1 / --native; a
+kernel with Async-fork): the same runs on this machine, the settings they
+change (vm.async_fork, vm.async_fork_copy_threads and THP's "enabled")
+printed with their old and new values first, and put back when they end,
+Ctrl-C included.  Results go to
 BUILD/results/fork/.
 """
 
@@ -142,9 +143,15 @@ def main(argv=None) -> int:
 
 def run_native(runs: list, jsonl: Path, root: Path = Path("/")) -> bool:
     """forkbench on this machine: THP always, vm.async_fork=1 and each run's
-    vm.async_fork_copy_threads, all put back when the runs end, however
+    vm.async_fork_copy_threads, printed before the first change, all put back when the runs end, however
     they end (Ctrl-C, SIGTERM, SIGHUP: the exception goes on afterwards)."""
-    settings = native.Settings(root)
+    settings = native.Settings(root, plan_first=True)
+    plan = native.Plan(settings)
+    plan.setting("/sys/kernel/mm/transparent_hugepage/enabled", "always")
+    plan.setting("/proc/sys/vm/async_fork", "1")
+    plan.setting("/proc/sys/vm/async_fork_copy_threads",
+                 *dict.fromkeys(str(t) for t, _ in runs))
+    settings.announce("fork_bench", plan)
     old = native.stop_on_signals()
     try:
         settings.write(settings.path("/sys/kernel/mm/transparent_hugepage/enabled"), "always")

@@ -1,15 +1,17 @@
 # SPDX-License-Identifier: GPL-2.0
 """Native runs of the demo and the benchmarks: on this machine, with its own
-CPUs and memory, when its running kernel has Async-fork, instead of in a
-guest of the lean kernel.
+CPUs and memory, instead of in a guest of the lean kernel, only when asked
+(NATIVE=1 or --native) and on a running kernel with Async-fork.
 
-choose() makes the decision (the environment's NATIVE=0/1 or --native/--vm
-force it; otherwise /proc/sys/vm/async_fork decides) and says it in the
-first line the program prints.  Settings is what a native run must have
-that a throw-away guest does not: every sysctl, sysfs and cgroup setting
-the run changes is saved before its first change and put back when the run
-ends, by a failure or a signal (Ctrl-C, SIGTERM, SIGHUP) included.  Both
-take a root folder that stands in for / in the tests.
+choose() makes the decision (the VM unless NATIVE=1 or --native; --vm and
+NATIVE=0 say the default) and says it in the first line the program
+prints.  Settings is what a native run must have that a throw-away guest
+does not: the plan of every sysctl, sysfs and cgroup setting the run will
+change (old and new values), printed before the first change (a Settings
+made with plan_first refuses a change before it); each setting is saved
+before its first change and put back when the run ends, by a failure or a
+signal (Ctrl-C, SIGTERM, SIGHUP) included.  Both take a root folder that
+stands in for / in the tests.
 """
 
 import contextlib
@@ -45,19 +47,20 @@ def has_async_fork(root: Path = Path("/")) -> bool:
 def choose(flag: str | None = None, env=None, root: Path = Path("/"),
            release: str | None = None, euid: int | None = None) -> tuple[bool, str]:
     """(native?, the line that says which and why).  flag: "native", "vm"
-    or None (then NATIVE from env: "1", "0", or unset or empty for the
-    running kernel to decide).  Raises Unavailable for a native run this
-    machine cannot make: no Async-fork in its kernel, or not root."""
+    or None (then NATIVE from env: "1", "0", or unset or empty).  The VM
+    unless NATIVE=1 or --native: the host changes only when asked.  Raises
+    Unavailable for a native run this machine cannot make: no Async-fork in
+    its kernel, or not root."""
     env = os.environ if env is None else env
     release = release or os.uname().release
     euid = os.geteuid() if euid is None else euid
     setting = env.get("NATIVE", "").strip()
     if setting not in ("", "0", "1"):
-        raise Unavailable(f"NATIVE must be 0 (in a VM), 1 (on this machine) or unset "
-                          f"(the running kernel decides), not '{setting}'")
+        raise Unavailable(f"NATIVE must be 1 (on this machine), 0 or unset (in a VM, "
+                          f"the default), not '{setting}'")
     forced = {"native": "--native", "vm": "--vm"}.get(flag or "") or \
         (f"NATIVE={setting}" if setting else None)
-    want = {"native": True, "vm": False}.get(flag or "", {"1": True, "0": False}.get(setting))
+    want = {"native": True, "vm": False}.get(flag or "", setting == "1")
     if paths.foreign():
         if want:
             raise Unavailable(f"{forced}: ARCH={paths.ARCH} runs in an emulated {paths.ARCH} "
@@ -65,33 +68,30 @@ def choose(flag: str | None = None, env=None, root: Path = Path("/"),
                               f"for a machine of that architecture. Nothing was changed.")
         return False, f"mode: VM (ARCH={paths.ARCH}: an emulated guest)"
     present = has_async_fork(root)
-    if want is False:
-        return False, (f"mode: VM ({forced}; the running kernel, {release}, "
+    if not want:
+        why = forced or "the default; NATIVE=1 or --native runs on this machine"
+        return False, (f"mode: VM ({why}; the running kernel, {release}, "
                        f"{'has' if present else 'has no'} Async-fork)")
     if not present:
-        if want:
-            instead = "without --native" if flag else "with NATIVE unset or 0"
-            raise Unavailable(
-                f"{forced}: the running kernel, {release}, has no Async-fork (no "
-                f"/{ASYNC_FORK}). Install the package {PACKAGE}, as {INSTALL_DOC} "
-                f"says, boot it and run again; or run {instead}, in the VM. "
-                f"Nothing was changed.")
-        return False, f"mode: VM (the running kernel, {release}, has no Async-fork)"
+        raise Unavailable(
+            f"{forced}: the running kernel, {release}, has no Async-fork (no "
+            f"/{ASYNC_FORK}). Install the package {PACKAGE}, as {INSTALL_DOC} "
+            f"says, boot it and run again; or run without {forced}, in the VM. "
+            f"Nothing was changed.")
     if euid != 0:
-        raise Unavailable(f"a native run writes sysctls and cgroups (and puts them back): "
-                          f"run it as root, or with NATIVE=0 in the VM{f' ({forced})' if forced else ''}")
-    return True, (f"mode: native (kernel {release}, /{ASYNC_FORK} present"
-                  f"{f'; {forced}' if forced else ''})")
+        raise Unavailable(f"{forced}: a native run writes sysctls and cgroups (and puts them "
+                          f"back): run it as root, or without {forced} in the VM")
+    return True, f"mode: native (kernel {release}, /{ASYNC_FORK} present; {forced})"
 
 
 def add_arguments(ap) -> None:
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--native", dest="where", action="store_const", const="native",
-                   help="run on this machine (its kernel must have Async-fork); "
-                   "default: NATIVE=1 in the environment, or if /proc/sys/vm/async_fork exists")
+                   help="run on this machine (its kernel must have Async-fork; root), after "
+                   "printing every setting the run will change; also NATIVE=1 in the "
+                   "environment (default: in the VM)")
     g.add_argument("--vm", dest="where", action="store_const", const="vm",
-                   help="run in a guest of the lean kernel (default: NATIVE=0, or if the "
-                   "running kernel has no Async-fork)")
+                   help="run in a guest of the lean kernel (the default; NATIVE=0 too)")
 
 
 def decide(a, prog: str, root: Path = Path("/")) -> bool | None:
@@ -142,8 +142,10 @@ class Settings:
     root stands for / (a folder in the tests, whose "cgroups" are plain
     folders, removed with what they hold, and where nothing is mounted)."""
 
-    def __init__(self, root: Path = Path("/")):
+    def __init__(self, root: Path = Path("/"), plan_first: bool = False):
+        """plan_first: no change before announce() printed the plan."""
         self.root = Path(root)
+        self.plan_first, self.announced = plan_first, False
         self.fake = self.root.resolve() != Path("/")
         self.saved: dict[Path, str] = {}       # path: its value before the run
         self.controllers: list[tuple[Path, str]] = []
@@ -155,6 +157,16 @@ class Settings:
         """p (absolute, as on a real machine) under the root."""
         return self.root / Path(p).relative_to("/")
 
+    def announce(self, prog: str, plan: "Plan") -> None:
+        """Print what the run will change, before its first change."""
+        print("\n".join(plan.text(prog)), flush=True)
+        self.announced = True
+
+    def _may_change(self) -> None:
+        if self.plan_first and not self.announced:
+            raise RuntimeError("a native run must print its plan (Settings.announce) "
+                               "before it changes anything")
+
     def _ours(self, path: Path) -> bool:
         return any(path.is_relative_to(d) for d in self.created)
 
@@ -162,6 +174,7 @@ class Settings:
         """Write a setting, saving its value first unless it is in a folder
         the run made (which goes with the run) or save is False (files that
         are no setting: cgroup.procs, a trace buffer)."""
+        self._may_change()
         path = Path(path)
         if save and path not in self.saved and not self._ours(path):
             self.saved[path] = current(path)
@@ -169,12 +182,14 @@ class Settings:
 
     def enable(self, subtree_control: Path, controller: str) -> None:
         """Enable a controller for a cgroup's children, unless it is."""
+        self._may_change()
         if controller in subtree_control.read_text().split():
             return
         self.controllers.append((subtree_control, controller))
         subtree_control.write_text(f"+{controller}")
 
     def mkdir(self, path: Path) -> None:
+        self._may_change()
         path = Path(path)
         if path.exists():
             return
@@ -185,10 +200,12 @@ class Settings:
         """Append a command to a file such as kprobe_events (opened for
         appending: a write that truncates it would remove every probe of
         the machine); undo is appended when the run ends."""
+        self._may_change()
         append_line(path, line)
         self.appended.append((Path(path), undo))
 
     def mount(self, fstype: str, target: Path) -> bool:
+        self._may_change()
         if self.fake:
             return False
         r = subprocess.run(["mount", "-t", fstype, "none", str(target)], check=False)
@@ -270,6 +287,57 @@ class Settings:
                     raise
                 time.sleep(0.1)
         d.rmdir()
+
+
+class Plan:
+    """What a native run will change on this machine, said before it does:
+    each sysctl and sysfs setting with its value now and the values the run
+    gives it, the cgroup controllers it enables and the cgroups it makes,
+    anything else (tracefs), and the services it stops.  Paths are given as
+    on a real machine; Settings.path() finds them under its root."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.lines: list[str] = []
+        self.services: list[str] = []
+
+    def setting(self, path: str | Path, *new: str) -> None:
+        """A sysctl or sysfs file the run writes: @new, in turn."""
+        path = str(path)
+        f = self.settings.path(path)
+        old = current(f) if f.is_file() else "(absent)"
+        if path.startswith("/proc/sys/"):
+            name = "sysctl " + path[len("/proc/sys/"):].replace("/", ".")
+        else:
+            name = "sysfs " + path
+        turn = " (in turn)" if len(new) > 1 else ""
+        self.lines.append(f"{name}: {old} -> {', '.join(new)}{turn}")
+
+    def controller(self, subtree_control: str | Path, controller: str) -> None:
+        f = self.settings.path(subtree_control)
+        if f.is_file() and controller in f.read_text().split():
+            return
+        self.lines.append(f"cgroup: the {controller} controller enabled in {subtree_control}")
+
+    def cgroup(self, path: str | Path) -> None:
+        if self.settings.path(path).exists():
+            self.lines.append(f"cgroup: {path} used as it is (it exists; left there)")
+        else:
+            self.lines.append(f"cgroup: {path} created (its processes killed and it "
+                              "removed at the end)")
+
+    def other(self, line: str) -> None:
+        self.lines.append(line)
+
+    def service(self, name: str) -> None:
+        self.services.append(name)
+
+    def text(self, prog: str) -> list[str]:
+        head = (f"{prog}: this native run will change on this machine (each put back "
+                "when the run ends):")
+        body = self.lines or ["nothing"]
+        body = body + [f"services stopped: {', '.join(self.services) or 'none'}"]
+        return [head] + [f"{prog}:   {line}" for line in body]
 
 
 def append_line(path: Path, line: str) -> None:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: GPL-2.0
 """Benchmark: the Redis (or Valkey) snapshot of the demo across dataset
 sizes, SET ratios, client counts and copy threads, in one boot of the lean
-kernel or natively on a machine whose kernel has Async-fork.
+kernel or, when asked, natively on a machine whose kernel has Async-fork.
 
 Each configuration runs asyncfork.redis_snapshot (a fresh server, its
 dataset, an open-loop load, BGSAVE with the default fork and with
@@ -10,7 +10,8 @@ and the benchmark reports, per configuration: fork() time both ways, the
 latency of the requests sent during the snapshot against an equal window
 before it, the server's interruptions by proactive synchronization
 (tracepoints) and the child's copy time.  Where it runs is decided as in
-the demo (NATIVE=0/1, --native/--vm, or /proc/sys/vm/async_fork).
+the demo (the VM unless NATIVE=1 or --native; natively, each
+configuration prints the settings it will change before it does).
 Files: BUILD/results/SERVER-bench/ (meta.json, a folder per configuration,
 *.png); the record: BUILD/results/bench-redis-SERVER-DATE.json.
 """

@@ -248,6 +248,20 @@ class Trace:
             self._write("tracing_on", "0")
             self._set(None)
 
+    @classmethod
+    def plan(cls, plan: native.Plan, attribute: bool) -> None:
+        """What __init__ will change (with settings), before it does."""
+        tracefs = plan.settings.path(cls.TRACEFS)
+        mounted = (tracefs / "trace").exists()
+        if not mounted:
+            plan.other(f"tracefs mounted on {cls.TRACEFS} (unmounted at the end)")
+        kprobe = tracefs / "events" / attribution.KPROBE_GROUP / attribution.KPROBE_NAME
+        if attribute and not kprobe.is_dir():
+            plan.other(f"kprobe '{attribution.KPROBE}' appended to "
+                       f"{cls.TRACEFS}/kprobe_events (removed at the end)")
+        if not mounted or (tracefs / "events/async_fork").is_dir():
+            plan.other(f"tracing instance {cls.DIR} made (removed at the end)")
+
     def check_attribution(self) -> None:
         if not (self.tracefs / "events").is_dir():
             fail(f"--attribute: no tracefs at {self.TRACEFS} (CONFIG_FTRACE, and "
@@ -566,6 +580,19 @@ def prepare_kernel(copy_threads: int) -> None:
     SETTINGS.mkdir(CGROUP)
 
 
+def plan(copy_threads: int, attribute: bool) -> native.Plan:
+    """What main() will change on this machine: prepare_kernel() and the
+    Trace (the cgroup's own files go with it, and are no plan's)."""
+    plan = native.Plan(SETTINGS)
+    if CGROUP:
+        plan.setting("/proc/sys/vm/async_fork", "1")
+        plan.setting("/proc/sys/vm/async_fork_copy_threads", str(copy_threads))
+        plan.controller("/sys/fs/cgroup/cgroup.subtree_control", "memory")
+        plan.cgroup(CGROUP_PATH)
+        Trace.plan(plan, attribute)
+    return plan
+
+
 def main(argv=None) -> int:
     global WORK, PORT, VERIFY_PORT, CGROUP, SERVER, SETTINGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -601,7 +628,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     WORK, PORT, VERIFY_PORT = Path(a.work), a.port, a.port + 1
     SERVER = a.server
-    SETTINGS = native.Settings(Path(a.root))
+    # Natively, on this machine: no change before the plan is printed.
+    SETTINGS = native.Settings(Path(a.root), plan_first=WHO == "native")
     CGROUP = None if a.no_cgroup else SETTINGS.path(CGROUP_PATH)
     out = Path(a.out)
     bench = arch_dir("bench")
@@ -613,6 +641,8 @@ def main(argv=None) -> int:
     if a.attribute and not CGROUP:
         fail("--attribute needs the cgroup and Async-fork's tracepoints (not --no-cgroup)")
     server_binary()     # there, before anything changes
+    if WHO == "native":
+        SETTINGS.announce(WHO, plan(a.copy_threads, a.attribute))
     # --attribute: tracefs and its events checked before the run.
     trace = Trace(CGROUP is not None, SETTINGS, a.attribute)
     trace.save_dir = out

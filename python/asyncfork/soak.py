@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import profiles, programs, results, skips
+from asyncfork import package, profiles, programs, results, skips
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
 from asyncfork.results import machine
@@ -338,14 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     tcg_single = packaged if a.tcg_single is None else a.tcg_single
     image = None
     if packaged:
-        from asyncfork import deb_suite
         debs = BUILD / "debs" / a.flavour
         try:
-            deb = deb_suite.find_package(debs)
+            deb = package.find_package(debs)
         except SystemExit as e:
             print(f"soak: {e}", file=sys.stderr)
             return 2
-        image = deb_suite.unpack(deb, BUILD / "test-deb" / a.flavour)
+        image = package.unpack(deb, BUILD / "test-deb" / a.flavour)
         kdir, name = image, f"deb-{a.flavour}"
     else:
         kdir = kernel_dir(a.kernel)
@@ -375,10 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         # Debian's defaults (THP always, MGLRU, NUMA balancing), and the
         # walkers acting on every program's memory: KSM merging it, DAMON
         # paging it out, MGLRU aging and proactive reclaim (pressure).
-        from asyncfork import deb_suite
-        walkers = deb_suite.GUEST / "walkers.sh"
-        progs = ([deb_suite.cfs_bandwidth_on(), harness.Program("walkers_on", 60, f"{walkers} on")]
-                 + [deb_suite.under_ksm(p) for p in progs]
+        walkers = package.GUEST / "walkers.sh"
+        progs = ([package.cfs_bandwidth_on(), harness.Program("walkers_on", 60, f"{walkers} on")]
+                 + [package.under_ksm(p) for p in progs]
                  + [harness.Program("walkers_check", 60, f"{walkers} check")])
     out = BUILD / "results/soak"
     print(f"soak: {name} kernel, {seconds} s per stress program, "

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from asyncfork import deb_suite
+from asyncfork import package
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD
 
@@ -30,15 +30,15 @@ def main() -> int:
     ap.add_argument("--flavour", default="cloud-amd64")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    deb = deb_suite.find_package(BUILD / "debs" / a.flavour)
-    image = deb_suite.unpack(deb, BUILD / "test-deb" / a.flavour)
+    deb = package.find_package(BUILD / "debs" / a.flavour)
+    image = package.unpack(deb, BUILD / "test-deb" / a.flavour)
     defer = " -D 80" if a.async_fork else ""
     cmd = (f"sysctl -qw vm.async_fork={a.async_fork} vm.async_fork_copy_threads=2 && "
            f"{Path(a.fork_stress).resolve()} {'-a ' if a.async_fork else ''}"
            f"-t {a.seconds} -d -n -k{defer}")
-    walkers = deb_suite.GUEST / "walkers.sh"
-    progs = [deb_suite.cfs_bandwidth_on(), harness.Program("walkers_on", 60, f"{walkers} on")]
-    progs += [deb_suite.under_ksm(harness.Program(f"fork_stress_{i}", 2 * a.seconds + 240, cmd))
+    walkers = package.GUEST / "walkers.sh"
+    progs = [package.cfs_bandwidth_on(), harness.Program("walkers_on", 60, f"{walkers} on")]
+    progs += [package.under_ksm(harness.Program(f"fork_stress_{i}", 2 * a.seconds + 240, cmd))
               for i in range(a.runs)]
     print(f"repro: {deb.name}, vm.async_fork={a.async_fork}, {a.runs} x {a.seconds} s",
           flush=True)
