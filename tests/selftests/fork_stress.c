@@ -924,13 +924,29 @@ static int write_snapshot(void)
 	return fd;
 }
 
+/*
+ * A child's exit codes beyond 0 and its own failures (1-3): everything it
+ * checked was exact, and its own fork of a grandchild failed (injected), or
+ * the grandchild was killed by a failed copy.  The top counts both, so that
+ * an async_fork_error of a grandchild's copy is accounted for.
+ */
+#define EXIT_GRANDCHILD_KILLED	10
+#define EXIT_GRANDCHILD_NO_FORK	11
+
 static bool child_status_ok(int status, long *killed)
 {
 	if (WIFEXITED(status) && !WEXITSTATUS(status))
 		return true;
+	if (!opt.fail_pct)
+		return false;
 	/* A copy that failed (injected) kills the child, never the parent. */
-	if (opt.fail_pct && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+	if ((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ||
+	    (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_GRANDCHILD_KILLED)) {
 		(*killed)++;
+		return true;
+	}
+	if (WIFEXITED(status) && WEXITSTATUS(status) == EXIT_GRANDCHILD_NO_FORK) {
+		atomic_fetch_add(&fork_failed, 1);
 		return true;
 	}
 	return false;
@@ -1013,14 +1029,17 @@ static void child_main(int fd, int depth, uint64_t rng)
 {
 	uint64_t tag = TAG_CHILD | ((uint64_t)getpid() << 24);
 	long bad = check_snapshot(fd), killed = 0;
+	bool forked = false;
 	pid_t pid = -1;
 	int status;
 
 	close(fd);
 	if (bad)
 		_exit(1);
-	if (depth < MAX_DEPTH && below(&rng, 2))
+	if (depth < MAX_DEPTH && below(&rng, 2)) {
 		pid = fork_checker(depth + 1, rnd(&rng));
+		forked = true;
+	}
 	for (int i = 0; i < NR_REGIONS; i++) {
 		struct region *r = &regions[i];
 		struct view v = view_of(r);
@@ -1046,7 +1065,11 @@ static void child_main(int fd, int depth, uint64_t rng)
 	if (pid > 0 && (waitpid(pid, &status, 0) != pid ||
 			!child_status_ok(status, &killed)))
 		bad++;
-	_exit(bad ? 1 : 0);
+	if (bad)
+		_exit(1);
+	if (killed)
+		_exit(EXIT_GRANDCHILD_KILLED);
+	_exit(forked && pid < 0 ? EXIT_GRANDCHILD_NO_FORK : 0);
 }
 
 static bool op_fork(struct worker *w)
