@@ -161,19 +161,19 @@ demo: $(GUEST_KERNEL) bench-programs
 bench: bench-fork bench-redis
 
 bench-fork: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) -m asyncfork.fork_bench $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
+	@$(PYTHON) -m asyncfork.bench_fork $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
 
 bench-offcost: kernel-lean kernel-off bench-programs
 	@$(X86_ONLY)
 	@scripts/build-unpatched.sh $(BUILD) lean
-	@$(PYTHON) -m asyncfork.offcost $(OFFCOST_ARGS)
+	@$(PYTHON) -m asyncfork.bench_offcost $(OFFCOST_ARGS)
 
 bench-redis: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) -m asyncfork.redis_bench $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
+	@$(PYTHON) -m asyncfork.bench_redis $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
 
 # Guest only: --kernels names build folders (default the lean kernel).
 bench-sync: kernel-lean bench-programs
-	@$(PYTHON) -m asyncfork.sync_bench $(BENCH_SYNC_ARGS)
+	@$(PYTHON) -m asyncfork.bench_sync $(BENCH_SYNC_ARGS)
 
 SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh tests/repro/*.sh .ci/run
 
@@ -226,7 +226,7 @@ deb-config: source $(if $(ARM64),arm64-root)
 	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
 
 test-deb: selftests virtiofsd $(if $(ARM64),arm64-root)
-	@$(PYTHON) -m asyncfork.deb_suite --flavour $(FLAVOUR) --build $(BUILD)
+	@$(PYTHON) -m asyncfork.test_deb --flavour $(FLAVOUR) --build $(BUILD)
 
 # Debian's cloud kernels have no 9p: their guests see the root through
 # virtio-fs, whose daemon Debian 12 does not package (crates.io does).

@@ -134,7 +134,7 @@ def test_arm64_guest_args(tmp_path, monkeypatch):
     assert not vm.kvm_usable()
     assert vm.accel_args() == ["--disable-kvm"]
     # Its commands run the root's python, told the architecture.
-    cmd = paths.python_command("redis_snapshot", "--x")
+    cmd = paths.python_command("snapshot", "--x")
     assert "/usr/bin/python3" in cmd and "ARCH=arm64" in cmd
 
 

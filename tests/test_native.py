@@ -28,10 +28,7 @@ from pathlib import Path
 import pytest
 from conftest import BUILD, TOP, module_command, need
 
-from asyncfork import demo, fork_bench
-from asyncfork import native
-from asyncfork import redis_bench
-from asyncfork import redis_snapshot, report, results
+from asyncfork import bench_fork, bench_redis, demo, native, report, results, snapshot
 
 PY = sys.executable
 HOST_HAS_ASYNC_FORK = native.has_async_fork()
@@ -123,13 +120,13 @@ def test_native_needs_root(tmp_path):
 
 
 def test_modules_default_to_the_vm(tmp_path, monkeypatch, capsys):
-    # demo, fork_bench and redis_bench decide by native.decide(): without
+    # demo, bench_fork and bench_redis decide by native.decide(): without
     # --native or NATIVE=1, the VM, though the running kernel (a fake
     # root's) has Async-fork.
     (tmp_path / "proc/sys/vm").mkdir(parents=True)
     (tmp_path / "proc/sys/vm/async_fork").write_text("1\n")
     monkeypatch.delenv("NATIVE", raising=False)
-    for module in (demo, fork_bench, redis_bench):
+    for module in (demo, bench_fork, bench_redis):
         assert module.native is native
     ap = argparse.ArgumentParser()
     native.add_arguments(ap)
@@ -145,8 +142,8 @@ def make_dry_run(*args: str) -> str:
     return r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("target,module", [("demo", "demo"), ("bench-fork", "fork_bench"),
-                                           ("bench-redis", "redis_bench")])
+@pytest.mark.parametrize("target,module", [("demo", "demo"), ("bench-fork", "bench_fork"),
+                                           ("bench-redis", "bench_redis")])
 def test_make_runs_in_the_vm_unless_native_1(target, module):
     out = make_dry_run(target)
     assert f"-m asyncfork.{module} --vm" in out and "build-kernel.sh lean" in out, out
@@ -184,15 +181,15 @@ def changes(monkeypatch):
     return events
 
 
-def test_fork_bench_prints_its_plan_first(tmp_path, changes, capsys):
+def test_bench_fork_prints_its_plan_first(tmp_path, changes, capsys):
     root = fake_root(tmp_path)
     cmd = [PY, "-c", "print('{}')"]
-    assert fork_bench.run_native([(1, cmd), (4, cmd), (1, cmd)], tmp_path / "x.jsonl", root)
+    assert bench_fork.run_native([(1, cmd), (4, cmd), (1, cmd)], tmp_path / "x.jsonl", root)
     assert changes[0] == "plan" and len(changes) > 1
     assert ("write", "proc/sys/vm/async_fork") in changes
     out = capsys.readouterr().out
     plan = out[:out.index("settings put back")]
-    assert "fork_bench: this native run will change on this machine" in plan
+    assert "bench-fork: this native run will change on this machine" in plan
     assert "sysfs /sys/kernel/mm/transparent_hugepage/enabled: madvise -> always" in plan
     assert "sysctl vm.async_fork: 0 -> 1" in plan
     assert "sysctl vm.async_fork_copy_threads: 3 -> 1, 4 (in turn)" in plan
@@ -202,18 +199,18 @@ def test_fork_bench_prints_its_plan_first(tmp_path, changes, capsys):
 
 
 def test_redis_run_prints_its_plan_first(tmp_path, changes, capsys, monkeypatch):
-    # A native redis_snapshot run (as demo and redis_bench make it), up to
+    # A native snapshot run (as demo and bench_redis make it), up to
     # the server's start: the plan, then the changes.
     root = fake_root(tmp_path)
-    monkeypatch.setattr(redis_snapshot, "server_binary", lambda name=None: "redis-server")
+    monkeypatch.setattr(snapshot, "server_binary", lambda name=None: "redis-server")
 
     def stop(*args, **kw):
-        raise redis_snapshot.Failed("stopped here")
+        raise snapshot.Failed("stopped here")
 
-    monkeypatch.setattr(redis_snapshot, "start_server", stop)
-    redis_snapshot.WHO = "native"
-    with pytest.raises(redis_snapshot.Failed, match="stopped here"):
-        redis_snapshot.main(["--root", str(root), "--out", str(tmp_path / "out"),
+    monkeypatch.setattr(snapshot, "start_server", stop)
+    snapshot.WHO = "native"
+    with pytest.raises(snapshot.Failed, match="stopped here"):
+        snapshot.main(["--root", str(root), "--out", str(tmp_path / "out"),
                              "--work", str(tmp_path / "work"), "--copy-threads", "2"])
     assert changes[0] == "plan", changes
     assert ("write", "proc/sys/vm/async_fork") in changes
@@ -229,18 +226,18 @@ def test_redis_run_prints_its_plan_first(tmp_path, changes, capsys, monkeypatch)
 
 def test_no_change_before_the_plan(tmp_path):
     root = fake_root(tmp_path)
-    redis_snapshot.SETTINGS = native.Settings(root, plan_first=True)
-    redis_snapshot.CGROUP = redis_snapshot.SETTINGS.path(redis_snapshot.CGROUP_PATH)
+    snapshot.SETTINGS = native.Settings(root, plan_first=True)
+    snapshot.CGROUP = snapshot.SETTINGS.path(snapshot.CGROUP_PATH)
     with pytest.raises(RuntimeError, match="plan"):
-        redis_snapshot.prepare_kernel(2)
+        snapshot.prepare_kernel(2)
     assert (root / "proc/sys/vm/async_fork").read_text() == "0\n"
     # With the plan said, the same run goes on (and puts back).
-    plan = redis_snapshot.plan(2, False)
+    plan = snapshot.plan(2, False)
     assert "sysctl vm.async_fork_copy_threads: 3 -> 2" in plan.lines
-    redis_snapshot.SETTINGS.announce("native", plan)
-    redis_snapshot.prepare_kernel(2)
+    snapshot.SETTINGS.announce("native", plan)
+    snapshot.prepare_kernel(2)
     assert (root / "proc/sys/vm/async_fork").read_text() == "1"
-    assert redis_snapshot.SETTINGS.restore() == []
+    assert snapshot.SETTINGS.restore() == []
     assert_put_back(root)
 
 
@@ -261,8 +258,8 @@ def host_state() -> dict:
 
 @pytest.mark.skipif(HOST_HAS_ASYNC_FORK, reason="this host's kernel has Async-fork")
 @pytest.mark.parametrize("script,how", [
-    ("demo", "env"), ("demo", "flag"), ("redis_bench", "env"),
-    ("fork_bench", "env"), ("fork_bench", "flag"),
+    ("demo", "env"), ("demo", "flag"), ("bench_redis", "env"),
+    ("bench_fork", "env"), ("bench_fork", "flag"),
 ])
 def test_native_on_this_host_stops_at_once(tmp_path, script, how):
     out = tmp_path / "out"
@@ -293,19 +290,19 @@ def test_current_value_forms(tmp_path):
 
 
 def prepare(root, copy_threads=2):
-    redis_snapshot.SETTINGS = native.Settings(root)
-    redis_snapshot.CGROUP = redis_snapshot.SETTINGS.path(redis_snapshot.CGROUP_PATH)
-    redis_snapshot.prepare_kernel(copy_threads)
-    return redis_snapshot.SETTINGS
+    snapshot.SETTINGS = native.Settings(root)
+    snapshot.CGROUP = snapshot.SETTINGS.path(snapshot.CGROUP_PATH)
+    snapshot.prepare_kernel(copy_threads)
+    return snapshot.SETTINGS
 
 
 @pytest.fixture(autouse=True)
 def fresh_module_state():
     yield
-    redis_snapshot.SETTINGS = native.Settings()
-    redis_snapshot.CGROUP = redis_snapshot.CGROUP_PATH
-    redis_snapshot.SERVER = "redis"
-    redis_snapshot.WHO = "guest"
+    snapshot.SETTINGS = native.Settings()
+    snapshot.CGROUP = snapshot.CGROUP_PATH
+    snapshot.SERVER = "redis"
+    snapshot.WHO = "guest"
 
 
 def test_prepare_and_restore(tmp_path):
@@ -315,7 +312,7 @@ def test_prepare_and_restore(tmp_path):
     assert (root / "proc/sys/vm/async_fork_copy_threads").read_text() == "4"
     assert (root / "sys/fs/cgroup/cgroup.subtree_control").read_text() == "+memory"
     assert (root / "sys/fs/cgroup/redis-demo").is_dir()
-    redis_snapshot.write(redis_snapshot.CGROUP / "memory.async_fork", "1")
+    snapshot.write(snapshot.CGROUP / "memory.async_fork", "1")
     assert "/proc/sys/vm/async_fork=0" in s.describe()
     assert s.restore() == []
     assert_put_back(root)
@@ -336,7 +333,7 @@ def test_existing_cgroup_is_not_removed(tmp_path):
     (root / "sys/fs/cgroup/redis-demo").mkdir()
     (root / "sys/fs/cgroup/redis-demo/memory.async_fork").write_text("0\n")
     s = prepare(root)
-    redis_snapshot.write(redis_snapshot.CGROUP / "memory.async_fork", "1")
+    snapshot.write(snapshot.CGROUP / "memory.async_fork", "1")
     s.restore()
     # Not the run's: it stays, with its setting as it was.
     assert (root / "sys/fs/cgroup/redis-demo/memory.async_fork").read_text() == "0"
@@ -346,9 +343,9 @@ def test_bad_copy_threads_puts_back_what_was_set(tmp_path):
     root = fake_root(tmp_path)
     (root / "proc/sys/vm/async_fork_copy_threads").unlink()
     (root / "proc/sys/vm/async_fork_copy_threads").mkdir()    # writing it fails
-    with pytest.raises(redis_snapshot.Failed, match="--copy-threads"):
+    with pytest.raises(snapshot.Failed, match="--copy-threads"):
         prepare(root)
-    redis_snapshot.SETTINGS.restore()
+    snapshot.SETTINGS.restore()
     assert (root / "proc/sys/vm/async_fork").read_text() == "0"
 
 
@@ -365,7 +362,7 @@ def test_restore_goes_on_past_an_error(tmp_path):
     assert not (root / "sys/fs/cgroup/redis-demo").exists()
 
 
-def test_fork_bench_native_puts_back(tmp_path):
+def test_bench_fork_native_puts_back(tmp_path):
     root = fake_root(tmp_path)
     jsonl = tmp_path / "forkbench.jsonl"
     seen = tmp_path / "seen"
@@ -375,15 +372,15 @@ def test_fork_bench_native_puts_back(tmp_path):
                         f"$(cat {root}/sys/kernel/mm/transparent_hugepage/enabled) >> {seen}\n"
                         "echo '{}'\n")
     cmd = ["sh", str(stand_in)]
-    assert fork_bench.run_native([(1, cmd), (4, cmd)], jsonl, root)
+    assert bench_fork.run_native([(1, cmd), (4, cmd)], jsonl, root)
     assert seen.read_text().split() == ["1", "always", "4", "always"]
     assert jsonl.read_text() == "{}\n{}\n"
     assert_put_back(root, subtree_written="cpu io pids")
 
 
-def test_fork_bench_native_puts_back_on_failure(tmp_path):
+def test_bench_fork_native_puts_back_on_failure(tmp_path):
     root = fake_root(tmp_path)
-    assert not fork_bench.run_native([(2, [PY, "-c", "raise SystemExit(3)"])],
+    assert not bench_fork.run_native([(2, [PY, "-c", "raise SystemExit(3)"])],
                                      tmp_path / "x.jsonl", root)
     assert_put_back(root, subtree_written="cpu io pids")
 
@@ -404,11 +401,11 @@ def port_open(port: int) -> bool:
 def test_signal_during_a_run_puts_everything_back(tmp_path, sig, rc):
     needs_servers()
     root = fake_root(tmp_path)
-    port = redis_snapshot.free_port_pair()
+    port = snapshot.free_port_pair()
     # In the background as a shell would start it (SIGINT ignored): Ctrl-C
     # must still end it through its clean-up.
     p = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh",
-                          *module_command("redis_snapshot"), "--root", str(root),
+                          *module_command("snapshot"), "--root", str(root),
                           "--out", str(tmp_path), "--work", str(tmp_path / "work"),
                           "--port", str(port), "--dataset-mb", "16", "--rate", "200",
                           "--baseline", "120", "--copy-threads", "2"],
@@ -474,7 +471,7 @@ def test_native_demo_with_a_fake_root(tmp_path):
 
 @pytest.mark.slow
 def test_native_bench_report(tmp_path):
-    # redis_bench's native runs and its report, one configuration.
+    # bench_redis's native runs and its report, one configuration.
     needs_servers()
     root = fake_root(tmp_path)
     d = tmp_path / "16M"
@@ -484,10 +481,10 @@ def test_native_bench_report(tmp_path):
                             started=time.time())
     (tmp_path / "meta.json").write_text(json.dumps(
         {**meta, "server": "redis", "rate": 300, "configs": ["16M"]}))
-    redis_bench.run_native([("16M", d, ["--dataset-mb", "16", "--rate", "300",
+    bench_redis.run_native([("16M", d, ["--dataset-mb", "16", "--rate", "300",
                                         "--baseline", "2", "--modes", "default,async",
                                         "--root", str(root)])])
-    assert redis_bench.report(tmp_path, tmp_path / "rec")
+    assert bench_redis.report(tmp_path, tmp_path / "rec")
     record_file, = (tmp_path / "rec").glob("bench-redis-redis-*.json")
     record = json.loads(record_file.read_text())
     rows = record["runs"]

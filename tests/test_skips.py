@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncfork import deb_suite, programs, skips, soak, suite, vm
+from asyncfork import programs, skips, soak, suite, test_deb, vm
 from conftest import OWN_PROGRAMS, TOP, is_own, upstream_programs
 
 # kselftest_harness's output of madv_free_fork with its two KSM cases
@@ -171,7 +171,7 @@ def test_test_deb_counts_skips_and_allows_debians(capsys):
                   "fork_snapshot": ("TAP version 13\n1..1\nok 1 snapshot.anon_4k.repeated_forks\n",
                                     0)})
     progs = [r.program for r in run.results.values()]
-    boot = deb_suite.judge_boot("defaults", run, progs, deb_suite.skip_config("cloud-amd64", "x86"))
+    boot = test_deb.judge_boot("defaults", run, progs, test_deb.skip_config("cloud-amd64", "x86"))
     assert boot["passed"] and (boot["skipped"], boot["skipped_unexplained"]) == (2, 0)
     allowed = boot["programs"]["async_fork"]["skipped_allowed"]
     assert [a["case"] for a in allowed] == ["af.child_copy_fails", "af.pinned_process_falls_back"]
@@ -179,7 +179,7 @@ def test_test_deb_counts_skips_and_allows_debians(capsys):
     assert "async_fork: pass (10 s, 4 cases, 2 skipped)" in out
     assert "skipped af.child_copy_fails: Debian's config has no fault injection" in out
     bad = run_of({"async_fork": (ASYNC_FORK_TRACEFS, 0)})
-    boot = deb_suite.judge_boot("walkers", bad, progs[:1], deb_suite.skip_config("cloud-amd64"))
+    boot = test_deb.judge_boot("walkers", bad, progs[:1], test_deb.skip_config("cloud-amd64"))
     assert not boot["passed"] and boot["skipped_unexplained"] == 1
 
 

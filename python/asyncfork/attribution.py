@@ -3,7 +3,7 @@
 own tracing (tracefs), for the demo's and the benchmark's --attribute.
 
 While a snapshot runs, a tracefs instance of the run's own (class Trace of
-asyncfork.redis_snapshot) records, besides Async-fork's tracepoints:
+asyncfork.snapshot) records, besides Async-fork's tracepoints:
 
   * sched_switch on every CPU (who ran where) and sched_wakeup of the
     server's main thread and of the load generator: when each ran, waited
@@ -454,6 +454,8 @@ class Timeline:
         if pid == self.loadgen:
             return "the load generator"
         if pid == self.harness:
+            # The name asyncfork.snapshot had when the committed records
+            # were made: one label for the harness in old and new records.
             return "the harness (redis_snapshot.py)"
         if comm.startswith("kworker"):
             return "a kworker"
@@ -663,7 +665,7 @@ def lost_after(events: list, stats: dict, text_lost: dict) -> int | None:
 def analyse_trace(path: Path, rec: dict, reqs: list, window: tuple,
                   before_max_ns: int) -> dict:
     """Everything --attribute reports for one mode: rec is what the run
-    recorded (redis_snapshot's result "attribution")."""
+    recorded (snapshot's result "attribution")."""
     with open(path) as f:
         events, text_lost = parse(f)
     stats = {int(c): s for c, s in rec.get("cpu_stats", {}).items()}
@@ -859,7 +861,7 @@ def warning_lines(mode: str, att: dict) -> list:
 # --- one mode of a run -----------------------------------------------------
 
 def analyse_mode(out: Path, m: dict, rows: list, header: dict, before_max_ms: float) -> dict:
-    """--attribute's analysis of one mode of redis_snapshot's result (m), its
+    """--attribute's analysis of one mode of snapshot's result (m), its
     loadgen rows (loadgen.read_latency) and header: the window is the
     snapshot's, from BGSAVE until the RDB was written."""
     rec = m.get("trace", {}).get("attribution")

@@ -19,7 +19,7 @@ import math
 import re
 from pathlib import Path
 
-from asyncfork import entry, offcost, plots, results, sync_bench
+from asyncfork import bench_offcost, bench_sync, entry, plots, results
 from asyncfork.paths import DOCS_RESULTS, TOP
 
 MARKDOWN = TOP / "docs/results.md"
@@ -150,14 +150,14 @@ def offcost_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     # Summarized again from every value: records written before the
     # bootstrap interval have none in their summary (it is seeded: the
     # same values give the same interval).
-    rec = {**rec, "summary": offcost.summarize(rec["values"])}
-    lines = [offcost.table(rec["summary"], rec["units"]), "", offcost.LEGEND, ""]
+    rec = {**rec, "summary": bench_offcost.summarize(rec["values"])}
+    lines = [bench_offcost.table(rec["summary"], rec["units"]), "", bench_offcost.LEGEND, ""]
     return lines + image(plots.offcost(plot_dir / f"{stem}.png", rec),
                          "each kernel's median against the unpatched kernel's")
 
 
 def sync_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
-    return [sync_bench.table(rec["summary"]), "", sync_bench.LEGEND, ""]
+    return [bench_sync.table(rec["summary"]), "", bench_sync.LEGEND, ""]
 
 
 def test_deb_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:

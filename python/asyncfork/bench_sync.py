@@ -92,22 +92,22 @@ def main(argv=None) -> int:
     try:
         kernels = parse_kernels(a.kernels)
     except ValueError:
-        print(f"sync_bench: --kernels must be NAME=PATH,... with distinct names, "
+        print(f"bench-sync: --kernels must be NAME=PATH,... with distinct names, "
               f"not '{a.kernels}'", file=sys.stderr)
         return 2
     if a.size_mb < 2 or a.repeat < 1 or a.boots < 1 or not 0 <= a.hogs <= 64:
-        print("sync_bench: --size-mb at least 2, --repeat and --boots at least 1, "
+        print("bench-sync: --size-mb at least 2, --repeat and --boots at least 1, "
               "--hogs 0 to 64", file=sys.stderr)
         return 2
     for name, path in kernels:
         try:
             vm.find_image(path)
         except vm.VMError as e:
-            print(f"sync_bench: kernel '{name}': {e}", file=sys.stderr)
+            print(f"bench-sync: kernel '{name}': {e}", file=sys.stderr)
             return 2
     bench = arch_dir("bench") / "forkbench"
     if not bench.exists():
-        print(f"sync_bench: no {bench}: run make bench-programs", file=sys.stderr)
+        print(f"bench-sync: no {bench}: run make bench-programs", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,19 +119,19 @@ def main(argv=None) -> int:
     t0 = time.time()
     for b in range(a.boots):
         for name, path in kernels[b % len(kernels):] + kernels[:b % len(kernels)]:
-            print(f"sync_bench: boot {b + 1}/{a.boots}: {name} ({vm.kernel_release(path)})",
+            print(f"bench-sync: boot {b + 1}/{a.boots}: {name} ({vm.kernel_release(path)})",
                   flush=True)
             (out / "rows.jsonl").unlink(missing_ok=True)
             r = vm.run(path, guest, memory=memory, cpus=CPUS, rwdirs=[out],
                        timeout=900 + a.repeat * a.size_mb // 4,
                        log_path=out / f"console-{name}-{b}.log")
             if not r.ok:
-                print(f"sync_bench: {name}: " + r.describe(), file=sys.stderr)
+                print(f"bench-sync: {name}: " + r.describe(), file=sys.stderr)
                 return 1
             got = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()
                    if line.startswith("{")]
             if len(got) != 2 * a.repeat:
-                print(f"sync_bench: {name}: {len(got)} of {2 * a.repeat} forks reported",
+                print(f"bench-sync: {name}: {len(got)} of {2 * a.repeat} forks reported",
                       file=sys.stderr)
                 return 1
             rows[name].extend(dict(r, boot=b) for r in got)
@@ -145,11 +145,11 @@ def main(argv=None) -> int:
     (out / "sync.md").write_text(md + "\n")
     print(md)
     path = results.write(record, Path(a.record_dir or out.parent), "bench-sync")
-    print(f"sync_bench: record {path}")
+    print(f"bench-sync: record {path}")
     return 0
 
 
-cli = entry.command(main, "sync_bench")
+cli = entry.command(main, "bench-sync")
 
 if __name__ == "__main__":
     cli()

@@ -801,7 +801,7 @@ def guest_command(out: Path, args: list) -> str:
     """The shell command of one run in a guest: its RDB files and the
     load's writes left in out for check_on_host() (faster than the guest
     under emulation)."""
-    return shlex.join(paths.python_command("redis_snapshot", "--out", str(out), *args,
+    return shlex.join(paths.python_command("snapshot", "--out", str(out), *args,
                                            "--check-later"))
 
 
