@@ -3,7 +3,7 @@
 own tracing (tracefs), for the demo's and the benchmark's --attribute.
 
 While a snapshot runs, a tracefs instance of the run's own (class Trace of
-asyncfork.snapshot) records, besides Async-fork's tracepoints:
+asyncfork.tracing) records, besides Async-fork's tracepoints:
 
   * sched_switch on every CPU (who ran where) and sched_wakeup of the
     server's main thread and of the load generator: when each ran, waited

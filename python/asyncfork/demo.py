@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import attribution, entry, loadgen, native, plots, results, snapshot, vm
+from asyncfork import attribution, entry, loadgen, native, plots, results, snapshot, tracing, vm
 from asyncfork.paths import RESULTS, arch_dir
 
 WARMUP_S = 1.0      # the first second of load is not part of the baseline
@@ -133,9 +133,9 @@ def syscall_summary(trace: dict) -> dict | None:
     sc = trace.get("syscalls")
     if sc is None:
         return None
-    others = {n: s for n, s in sc.items() if n not in snapshot.FORKS}
+    others = {n: s for n, s in sc.items() if n not in tracing.FORKS}
     longest = max(others, key=lambda n: others[n]["max_ns"], default=None)
-    mm = {n: s for n, s in sc.items() if n in snapshot.MMAP_LOCK}
+    mm = {n: s for n, s in sc.items() if n in tracing.MMAP_LOCK}
     return {"calls": sum(s["count"] for s in sc.values()),
             "longest": longest,
             "longest_ms": others[longest]["max_ns"] / 1e6 if longest else 0.0,
