@@ -207,11 +207,11 @@ def test_redis_run_prints_its_plan_first(tmp_path, changes, capsys, monkeypatch)
     def stop(*args, **kw):
         raise snapshot.Failed("stopped here")
 
-    monkeypatch.setattr(snapshot, "start_server", stop)
-    snapshot.WHO = "native"
-    with pytest.raises(snapshot.Failed, match="stopped here"):
-        snapshot.main(["--root", str(root), "--out", str(tmp_path / "out"),
+    monkeypatch.setattr(snapshot.Run, "start_server", stop)
+    a = snapshot.parse_args(["--root", str(root), "--out", str(tmp_path / "out"),
                              "--work", str(tmp_path / "work"), "--copy-threads", "2"])
+    with pytest.raises(snapshot.Failed, match="stopped here"):
+        snapshot.Run.from_args(a, "native").main(a)
     assert changes[0] == "plan", changes
     assert ("write", "proc/sys/vm/async_fork") in changes
     assert ("mkdir", "sys/fs/cgroup/redis-demo") in changes
@@ -226,18 +226,17 @@ def test_redis_run_prints_its_plan_first(tmp_path, changes, capsys, monkeypatch)
 
 def test_no_change_before_the_plan(tmp_path):
     root = fake_root(tmp_path)
-    snapshot.SETTINGS = native.Settings(root, plan_first=True)
-    snapshot.CGROUP = snapshot.SETTINGS.path(snapshot.CGROUP_PATH)
+    run = snapshot.Run("native", settings=native.Settings(root, plan_first=True))
     with pytest.raises(RuntimeError, match="plan"):
-        snapshot.prepare_kernel(2)
+        run.prepare_kernel(2)
     assert (root / "proc/sys/vm/async_fork").read_text() == "0\n"
     # With the plan said, the same run goes on (and puts back).
-    plan = snapshot.plan(2, False)
+    plan = run.plan(2, False)
     assert "sysctl vm.async_fork_copy_threads: 3 -> 2" in plan.lines
-    snapshot.SETTINGS.announce("native", plan)
-    snapshot.prepare_kernel(2)
+    run.settings.announce("native", plan)
+    run.prepare_kernel(2)
     assert (root / "proc/sys/vm/async_fork").read_text() == "1"
-    assert snapshot.SETTINGS.restore() == []
+    assert run.settings.restore() == []
     assert_put_back(root)
 
 
@@ -289,30 +288,21 @@ def test_current_value_forms(tmp_path):
         assert native.current(f) == value
 
 
-def prepare(root, copy_threads=2):
-    snapshot.SETTINGS = native.Settings(root)
-    snapshot.CGROUP = snapshot.SETTINGS.path(snapshot.CGROUP_PATH)
-    snapshot.prepare_kernel(copy_threads)
-    return snapshot.SETTINGS
-
-
-@pytest.fixture(autouse=True)
-def fresh_module_state():
-    yield
-    snapshot.SETTINGS = native.Settings()
-    snapshot.CGROUP = snapshot.CGROUP_PATH
-    snapshot.SERVER = "redis"
-    snapshot.WHO = "guest"
+def prepare(root, copy_threads=2) -> snapshot.Run:
+    run = snapshot.Run(settings=native.Settings(root))
+    run.prepare_kernel(copy_threads)
+    return run
 
 
 def test_prepare_and_restore(tmp_path):
     root = fake_root(tmp_path)
-    s = prepare(root, copy_threads=4)
+    run = prepare(root, copy_threads=4)
+    s = run.settings
     assert (root / "proc/sys/vm/async_fork").read_text() == "1"
     assert (root / "proc/sys/vm/async_fork_copy_threads").read_text() == "4"
     assert (root / "sys/fs/cgroup/cgroup.subtree_control").read_text() == "+memory"
     assert (root / "sys/fs/cgroup/redis-demo").is_dir()
-    snapshot.write(snapshot.CGROUP / "memory.async_fork", "1")
+    run.write(run.cgroup / "memory.async_fork", "1")
     assert "/proc/sys/vm/async_fork=0" in s.describe()
     assert s.restore() == []
     assert_put_back(root)
@@ -321,7 +311,7 @@ def test_prepare_and_restore(tmp_path):
 
 def test_controller_already_enabled_is_left_alone(tmp_path):
     root = fake_root(tmp_path, subtree="cpu memory pids")
-    s = prepare(root)
+    s = prepare(root).settings
     assert (root / "sys/fs/cgroup/cgroup.subtree_control").read_text().strip() == \
         "cpu memory pids"
     s.restore()
@@ -332,9 +322,9 @@ def test_existing_cgroup_is_not_removed(tmp_path):
     root = fake_root(tmp_path)
     (root / "sys/fs/cgroup/redis-demo").mkdir()
     (root / "sys/fs/cgroup/redis-demo/memory.async_fork").write_text("0\n")
-    s = prepare(root)
-    snapshot.write(snapshot.CGROUP / "memory.async_fork", "1")
-    s.restore()
+    run = prepare(root)
+    run.write(run.cgroup / "memory.async_fork", "1")
+    run.settings.restore()
     # Not the run's: it stays, with its setting as it was.
     assert (root / "sys/fs/cgroup/redis-demo/memory.async_fork").read_text() == "0"
 
@@ -343,15 +333,16 @@ def test_bad_copy_threads_puts_back_what_was_set(tmp_path):
     root = fake_root(tmp_path)
     (root / "proc/sys/vm/async_fork_copy_threads").unlink()
     (root / "proc/sys/vm/async_fork_copy_threads").mkdir()    # writing it fails
+    run = snapshot.Run(settings=native.Settings(root))
     with pytest.raises(snapshot.Failed, match="--copy-threads"):
-        prepare(root)
-    snapshot.SETTINGS.restore()
+        run.prepare_kernel(2)
+    run.settings.restore()
     assert (root / "proc/sys/vm/async_fork").read_text() == "0"
 
 
 def test_restore_goes_on_past_an_error(tmp_path):
     root = fake_root(tmp_path)
-    s = prepare(root)
+    s = prepare(root).settings
     # The first value it will put back cannot be written any more.
     f = root / "proc/sys/vm/async_fork_copy_threads"
     f.unlink()

@@ -24,9 +24,9 @@ def small_run(tmp, last_arg: str) -> tuple[int, Path, Path]:
     out, work = tmp / "out", tmp / "work"
     out.mkdir()
     rc = snapshot.run(["--out", str(out), "--work", str(work),
-                             "--port", str(snapshot.free_port_pair()), "--no-cgroup",
-                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
-                             "--clients", "4", "--baseline", "2", last_arg])
+                       "--port", str(snapshot.free_port_pair()), "--no-cgroup",
+                       "--modes", "default", "--dataset-mb", "16", "--rate", "400",
+                       "--clients", "4", "--baseline", "2", last_arg])
     return rc, out, work
 
 
@@ -48,18 +48,18 @@ def recheck(result, work, tamper, start_state=None) -> dict:
     rdb = work / "dump-default.rdb"
     good = work / "dump-default.good"
     shutil.copy(rdb, good)
+    run = snapshot.Run(work=work, port=snapshot.free_port_pair())
     try:
-        p = snapshot.start_server(snapshot.VERIFY_PORT, rdb.name, False,
-                                        "tamper.log")
-        r = redis.Redis(port=snapshot.VERIFY_PORT)
+        p = run.start_server(run.verify_port, rdb.name, False, "tamper.log")
+        r = redis.Redis(port=run.verify_port)
         tamper(r)
         r.save()
-        snapshot.stop_server(p, snapshot.VERIFY_PORT)
-        digest = snapshot.loaded_digest(result["keys"], a.value_size)
-        return snapshot.verify("default", res, start_state or {}, result["keys"], a,
-                                     digest)
+        p.stop()
+        digest = run.loaded_digest(result["keys"], a.value_size)
+        return run.verify("default", res, start_state or {}, result["keys"], a, digest)
     finally:
         shutil.move(good, rdb)
+        run.kill_children()
 
 
 def test_exact_snapshot_passes(kept_run):
@@ -78,7 +78,7 @@ def test_lost_write_is_caught(kept_run):
     def tamper(r):
         # Back to the dataset's value: as if that write had been lost.
         r.set(f"key:{first[2]}", snapshot.preload_value(first[2],
-                                                              result["args"]["value_size"]))
+                                                        result["args"]["value_size"]))
     rdb = recheck(result, work, tamper)
     assert not rdb["exact"] and rdb["mismatches"] + rdb["order_violations"] > 0, rdb
 

@@ -25,17 +25,10 @@ def small_run(tmp, *extra) -> tuple:
     out, work = tmp / "out", tmp / "work"
     out.mkdir()
     rc = snapshot.run(["--out", str(out), "--work", str(work), "--server", "valkey",
-                             "--port", str(snapshot.free_port_pair()), "--no-cgroup",
-                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
-                             "--clients", "4", "--baseline", "2", *extra])
+                       "--port", str(snapshot.free_port_pair()), "--no-cgroup",
+                       "--modes", "default", "--dataset-mb", "16", "--rate", "400",
+                       "--clients", "4", "--baseline", "2", *extra])
     return rc, out, work
-
-
-@pytest.fixture(autouse=True)
-def server_back_to_redis():
-    # The module's server is global: the other tests expect Redis.
-    yield
-    snapshot.SERVER = "redis"
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +39,6 @@ def kept_run(tmp_path_factory):
     except snapshot.Failed as e:
         pytest.fail(str(e))
     rc, out, work = small_run(tmp_path_factory.mktemp("valkey"), "--keep-rdb")
-    snapshot.SERVER = "redis"
     result = json.loads((out / "result.json").read_text())
     return rc, result, work
 
@@ -78,23 +70,22 @@ def test_rdb_is_valkeys_own_format(kept_run):
 def recheck(result, work, tamper) -> dict:
     """verify() again, with Valkey, on a copy of the RDB that tamper(server)
     changed."""
-    snapshot.SERVER = "valkey"
     a = Namespace(**result["args"])
     rdb, good = work / "dump-default.rdb", work / "dump-default.good"
     shutil.copy(rdb, good)
+    run = snapshot.Run(server="valkey", work=work, port=snapshot.free_port_pair())
     try:
-        p = snapshot.start_server(snapshot.VERIFY_PORT, rdb.name, False,
-                                        "tamper.log")
-        r = redis.Redis(port=snapshot.VERIFY_PORT)
+        p = run.start_server(run.verify_port, rdb.name, False, "tamper.log")
+        r = redis.Redis(port=run.verify_port)
         tamper(r)
         r.save()
-        snapshot.stop_server(p, snapshot.VERIFY_PORT)
-        digest = snapshot.loaded_digest(result["keys"], a.value_size)
-        return snapshot.verify("default", result["modes"]["default"], {},
-                                     result["keys"], a, digest)
+        p.stop()
+        digest = run.loaded_digest(result["keys"], a.value_size)
+        return run.verify("default", result["modes"]["default"], {}, result["keys"], a,
+                          digest)
     finally:
         shutil.move(good, rdb)
-        snapshot.kill_children()
+        run.kill_children()
 
 
 def test_lost_write_is_caught(kept_run):
@@ -130,7 +121,6 @@ def test_check_later_on_the_host_uses_valkey(tmp_path):
     # The VM path: the run leaves its RDB, the host checks it afterwards,
     # with the server named in result.json (Redis 7.0 would fail to load it).
     rc, out, _ = small_run(tmp_path, "--check-later")
-    snapshot.SERVER = "redis"         # as in a fresh process on the host
     assert rc == 0 and (out / "dump-default.rdb").exists()
     assert snapshot.check_on_host(out)
     result = json.loads((out / "result.json").read_text())
