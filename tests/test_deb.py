@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from asyncfork import package, test_deb
+from asyncfork import fork_stress, package, test_deb
 
 
 def test_find_package_wants_make_deb_first(tmp_path):
@@ -46,12 +46,11 @@ def test_shipped_programs_cover_both_modes():
 
 
 def test_wrapped_commands_are_judged_as_the_program_they_run():
-    from asyncfork import soak
     for p in test_deb.walker_programs(30):
         if p.name == "fork_stress":
-            assert soak.is_fork_stress(p) and soak.expects_async(p)
+            assert fork_stress.is_program(p) and fork_stress.expects_async(p)
         elif p.name.startswith("walkers"):
-            assert not soak.is_fork_stress(p)
+            assert not fork_stress.is_program(p)
 
 
 WALKERS = package.GUEST / "walkers.sh"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncfork import programs, skips, soak, suite, test_deb, vm
+from asyncfork import fork_stress, programs, results, skips, soak_record, suite, test_deb, vm
 from conftest import OWN_PROGRAMS, TOP, is_own, upstream_programs
 
 # kselftest_harness's output of madv_free_fork with its two KSM cases
@@ -149,17 +149,18 @@ def test_allow_list_names_real_cases_with_reasons():
 def test_soak_fails_an_unexplained_skip_and_counts_skips(tmp_path):
     run = run_of({"async_fork": (ASYNC_FORK_DEB, 0)})
     progs = [run.results["async_fork"].program]
-    assert soak.judge(run, progs, [], "x86/deb-cloud-amd64") == {"async_fork": []}
-    problems = soak.judge(run, progs, [], "x86/debug")
+    assert fork_stress.judge(run, progs, [], "x86/deb-cloud-amd64") == {"async_fork": []}
+    problems = fork_stress.judge(run, progs, [], "x86/debug")
     assert problems["async_fork"] and "2 cases skipped on x86/debug" in problems["async_fork"][0]
     # With no configuration no skip is allowed.
-    assert soak.judge(run, progs, [])["async_fork"]
+    assert fork_stress.judge(run, progs, [])["async_fork"]
     kdir = tmp_path / "debug"
     kdir.mkdir()
-    rec = soak.make_record(kernel_name="debug", kernel_dir=kdir, run=run, progs=progs,
-                           problems=problems, runs=[], started=1795600000.0,
-                           finished=1795600100.0, machine_info=soak.machine(3, "4G", 2, "zram"),
-                           argv=[], args={})
+    rec = soak_record.make_record(kernel_name="debug", kernel_dir=kdir, run=run, progs=progs,
+                                  problems=problems, runs=[], started=1795600000.0,
+                                  finished=1795600100.0,
+                                  machine_info=results.machine(3, "4G", 2, "zram"),
+                                  argv=[], args={})
     assert rec["skip_config"].endswith("/debug")
     assert (rec["skipped"], rec["skipped_unexplained"], rec["passed"]) == (2, 2, False)
     assert rec["programs"]["async_fork"]["skipped_unexplained"] == [
