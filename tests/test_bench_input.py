@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, TOP, module_command, need
+from conftest import BUILD, TOP, asyncfork_command, need
 
 PY = sys.executable
 QUICK = 60      # seconds: none of these may get as far as booting a guest
@@ -20,20 +20,20 @@ def run(args, timeout=QUICK):
                           cwd=TOP)
 
 
-@pytest.mark.parametrize("script,args,message", [
+@pytest.mark.parametrize("verb,args,message", [
     ("demo", ["--dataset-mb", "4096", "--memory", "2G"], "does not fit"),
     ("demo", ["--rate", "0"], "--rate"),
     ("demo", ["--no-such-option"], "unrecognized arguments"),
     ("demo", ["--memory", "lots"], "lots"),
-    ("bench_redis", ["--sizes", "256,big"], "--sizes"),
-    ("bench_redis", ["--sizes", "8192", "--memory", "4G"], "does not fit"),
-    ("bench_redis", ["--threads", "64"], "copy threads"),
-    ("bench_fork", ["--sizes", "8192", "--memory", "4G"], "do not fit"),
-    ("bench_fork", ["--threads", "0"], "--threads"),
-    ("bench_fork", ["--repeat", "x"], "invalid int"),
+    ("bench-redis", ["--sizes", "256,big"], "--sizes"),
+    ("bench-redis", ["--sizes", "8192", "--memory", "4G"], "does not fit"),
+    ("bench-redis", ["--threads", "64"], "copy threads"),
+    ("bench-fork", ["--sizes", "8192", "--memory", "4G"], "do not fit"),
+    ("bench-fork", ["--threads", "0"], "--threads"),
+    ("bench-fork", ["--repeat", "x"], "invalid int"),
 ])
-def test_bad_argument_is_refused(script, args, message):
-    r = run(module_command(script) + ["--kernel", "/nonexistent"] + args)
+def test_bad_argument_is_refused(verb, args, message):
+    r = run(asyncfork_command(verb) + ["--kernel", "/nonexistent"] + args)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert message in r.stderr, r.stderr
     assert "booting" not in r.stdout

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, TOP, module_command, need
+from conftest import BUILD, TOP, asyncfork_command, need
 
 from asyncfork import bench_fork, bench_redis, demo, native, report, results, snapshot
 
@@ -142,15 +142,15 @@ def make_dry_run(*args: str) -> str:
     return r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("target,module", [("demo", "demo"), ("bench-fork", "bench_fork"),
-                                           ("bench-redis", "bench_redis")])
-def test_make_runs_in_the_vm_unless_native_1(target, module):
+@pytest.mark.parametrize("target", ["demo", "bench-fork", "bench-redis"])
+def test_make_runs_in_the_vm_unless_native_1(target):
+    # make TARGET runs asyncfork TARGET.
     out = make_dry_run(target)
-    assert f"-m asyncfork.{module} --vm" in out and "build-kernel.sh lean" in out, out
+    assert f"-m asyncfork {target} --vm" in out and "build-kernel.sh lean" in out, out
     out = make_dry_run(target, "NATIVE=0")
-    assert f"-m asyncfork.{module} --vm" in out, out
+    assert f"-m asyncfork {target} --vm" in out, out
     out = make_dry_run(target, "NATIVE=1")
-    assert f"-m asyncfork.{module} --native" in out and "build-kernel.sh" not in out, out
+    assert f"-m asyncfork {target} --native" in out and "build-kernel.sh" not in out, out
 
 
 def test_make_refuses_another_native_value():
@@ -256,17 +256,17 @@ def host_state() -> dict:
 
 
 @pytest.mark.skipif(HOST_HAS_ASYNC_FORK, reason="this host's kernel has Async-fork")
-@pytest.mark.parametrize("script,how", [
-    ("demo", "env"), ("demo", "flag"), ("bench_redis", "env"),
-    ("bench_fork", "env"), ("bench_fork", "flag"),
+@pytest.mark.parametrize("verb,how", [
+    ("demo", "env"), ("demo", "flag"), ("bench-redis", "env"),
+    ("bench-fork", "env"), ("bench-fork", "flag"),
 ])
-def test_native_on_this_host_stops_at_once(tmp_path, script, how):
+def test_native_on_this_host_stops_at_once(tmp_path, verb, how):
     out = tmp_path / "out"
     env = dict(os.environ, NATIVE="1" if how == "env" else "")
     args = ["--native"] if how == "flag" else []
     before = host_state()
-    r = subprocess.run(module_command(script) + ["--out", str(out),
-                                                "--kernel", "/nonexistent"] + args,
+    r = subprocess.run(asyncfork_command(verb) + ["--out", str(out),
+                                                 "--kernel", "/nonexistent"] + args,
                        capture_output=True, text=True, timeout=60, env=env, cwd=TOP,
                        check=False)
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -396,7 +396,7 @@ def test_signal_during_a_run_puts_everything_back(tmp_path, sig, rc):
     # In the background as a shell would start it (SIGINT ignored): Ctrl-C
     # must still end it through its clean-up.
     p = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh",
-                          *module_command("snapshot"), "--root", str(root),
+                          *asyncfork_command("snapshot"), "--root", str(root),
                           "--out", str(tmp_path), "--work", str(tmp_path / "work"),
                           "--port", str(port), "--dataset-mb", "16", "--rate", "200",
                           "--baseline", "120", "--copy-threads", "2"],
@@ -433,9 +433,9 @@ def test_native_demo_with_a_fake_root(tmp_path):
     needs_servers()
     root = fake_root(tmp_path)
     out = tmp_path / "out"
-    r = subprocess.run(module_command("demo") + ["--root", str(root),
-                        "--server", "valkey", "--dataset-mb", "16", "--rate", "300",
-                        "--baseline", "7", "--out", str(out)],
+    r = subprocess.run(asyncfork_command("demo") + [
+                           "--root", str(root), "--server", "valkey", "--dataset-mb", "16",
+                           "--rate", "300", "--baseline", "7", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, cwd=TOP,
                        env=dict(os.environ, NATIVE="1"), check=False)
     assert r.returncode == 0, (r.stdout, r.stderr)

@@ -26,7 +26,7 @@ def run_report(tmp_path):
     not exist: nothing but the committed records may be read."""
     env = dict(os.environ, ASYNCFORK_BUILD=str(tmp_path / "no-build"),
                PYTHONPATH=str(TOP / "python"))
-    p = subprocess.run([sys.executable, "-m", "asyncfork.report", "--markdown",
+    p = subprocess.run([sys.executable, "-m", "asyncfork", "report", "--markdown",
                         str(tmp_path / "results.md"), "--plots", str(tmp_path / "plots")],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr

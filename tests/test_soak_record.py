@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from asyncfork import fork_stress, programs, results, soak, soak_record, suite, vm
-from conftest import BUILD, TOP, module_command
+from conftest import BUILD, TOP, asyncfork_command
 
 # What fork_stress prints: KTAP, its messages behind "# ".
 FORK_STRESS_OUT = """\
@@ -250,8 +250,9 @@ def test_kernel_names():
 
 
 def test_missing_kernel_is_refused_without_a_record(tmp_path):
-    p = subprocess.run(module_command("soak") + ["--kernel",
-                        str(tmp_path / "nokernel"), "--record-dir", str(tmp_path / "rec")],
+    p = subprocess.run(asyncfork_command("soak") + [
+                           "--kernel", str(tmp_path / "nokernel"),
+                           "--record-dir", str(tmp_path / "rec")],
                        capture_output=True, text=True, timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "no kernel image" in p.stderr and "Traceback" not in p.stderr
@@ -260,8 +261,9 @@ def test_missing_kernel_is_refused_without_a_record(tmp_path):
 
 def test_missing_package_is_refused_without_a_record(tmp_path):
     """make soak KERNEL=deb before make deb: a clear error, no record."""
-    p = subprocess.run(module_command("soak") + ["--kernel", "deb", "--flavour", "no-such-flavour",
-                        "--record-dir", str(tmp_path / "rec")],
+    p = subprocess.run(asyncfork_command("soak") + [
+                           "--kernel", "deb", "--flavour", "no-such-flavour",
+                           "--record-dir", str(tmp_path / "rec")],
                        capture_output=True, text=True, timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "no linux-image package" in p.stderr and "make deb" in p.stderr, p.stderr
@@ -271,8 +273,8 @@ def test_missing_package_is_refused_without_a_record(tmp_path):
 
 @pytest.mark.parametrize("bad", [["--minutes", "0"], ["--timeout-factor", "0.5"]])
 def test_bad_soak_arguments(bad, tmp_path):
-    p = subprocess.run(module_command("soak") + ["--kernel",
-                        str(tmp_path), *bad], capture_output=True, text=True,
+    p = subprocess.run(asyncfork_command("soak") + ["--kernel", str(tmp_path), *bad],
+                       capture_output=True, text=True,
                        timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2 and bad[0] in p.stderr, p.stderr
 

@@ -41,7 +41,7 @@ While the server sleeps in its event loop (epoll_wait) the request had not
 reached it or its reply had not been read: the client side, split by what
 the load generator was doing.
 
-python -m asyncfork.attribution RECORD... prints the group-of-causes table
+asyncfork attribution RECORD... prints the group-of-causes table
 of committed bench-redis and demo records, catch-alls apart.
 """
 
@@ -51,6 +51,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from asyncfork import entry
 
 TRACEFS = Path("/sys/kernel/tracing")
 KPROBE_GROUP = "afattr"
@@ -938,10 +940,9 @@ def record_configs(record: dict, name: str = "this run") -> list:
 
 def main(argv=None) -> int:
     """The group-of-causes table, catch-alls apart, of committed records:
-    python -m asyncfork.attribution docs/results/bench-redis-*.json ..."""
-    import argparse
+    asyncfork attribution docs/results/bench-redis-*.json ..."""
     import json
-    ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    ap = entry.parser(main.__doc__.split("\n")[0])
     ap.add_argument("records", nargs="+", help="bench-redis or demo records (JSON)")
     a = ap.parse_args(argv)
     configs = []
@@ -960,4 +961,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "attribution"))

@@ -15,7 +15,6 @@ Ctrl-C included.  Results go to
 BUILD/results/fork/.
 """
 
-import argparse
 import json
 import shlex
 import statistics
@@ -34,7 +33,7 @@ GUEST_CPUS = 2
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
     started = time.time()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     native.add_arguments(ap)
     ap.add_argument("--kernel", default=str(arch_dir("lean")), help="VM only")
     ap.add_argument("--report", action="store_true",
@@ -239,7 +238,6 @@ def report(out: Path, record_dir: Path | None = None) -> int:
     return 0
 
 
-cli = entry.command(main, "bench-fork")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-fork"))

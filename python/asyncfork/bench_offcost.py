@@ -20,7 +20,6 @@ Writes JSON (every value, the machine it ran on and the run's metadata)
 and a markdown table.
 """
 
-import argparse
 import random
 import statistics
 import sys
@@ -167,7 +166,7 @@ def markdown(record: dict) -> str:
 
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--boots", type=int, default=3, help="boots of each kernel (default 3)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each test per boot (default 5)")
     ap.add_argument("--out", default=str(RESULTS / "offcost"), help="the run's files")
@@ -224,7 +223,6 @@ def main(argv=None) -> int:
     return 0
 
 
-cli = entry.command(main, "bench-offcost")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-offcost"))

@@ -16,7 +16,6 @@ Files: BUILD/results/SERVER-bench/ (meta.json, a folder per configuration,
 *.png); the record: BUILD/results/bench-redis-SERVER-DATE.json.
 """
 
-import argparse
 import json
 import sys
 import time
@@ -65,7 +64,7 @@ def configurations(a) -> list:
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
     started = time.time()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     demo.server_arguments(ap)
     ap.add_argument("--memory", help="guest memory (default: from the largest dataset; "
                     "VM only)")
@@ -281,7 +280,6 @@ def print_tables(rows: list, rate: int) -> None:
         print(line)
 
 
-cli = entry.command(main, "bench-redis")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-redis"))

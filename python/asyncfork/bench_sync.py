@@ -15,7 +15,6 @@ in between, and of a change to the copy's locking, before and after in
 one run (--kernels before=build/lean-before,after=build/lean).
 """
 
-import argparse
 import json
 import statistics
 import sys
@@ -78,7 +77,7 @@ LEGEND = ("write p50/p99: median over the forks of each fork's percentile; max: 
 
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--kernels", default=str(arch_dir("lean")),
                     help="NAME=PATH,... kernel build folders (default: the lean kernel)")
     ap.add_argument("--size-mb", type=int, default=1024, help="heap, MiB (default 1024)")
@@ -149,7 +148,6 @@ def main(argv=None) -> int:
     return 0
 
 
-cli = entry.command(main, "bench-sync")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-sync"))

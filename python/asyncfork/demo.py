@@ -327,7 +327,7 @@ def server_arguments(ap) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     started = time.time()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     server_arguments(ap)
     ap.add_argument("--memory", help="guest memory (default: from the dataset and host "
                     "memory; VM only)")
@@ -404,7 +404,6 @@ def main(argv=None) -> int:
     return 0 if ok and all(t["rdb_exact"] for t in record["modes"].values()) else 1
 
 
-cli = entry.command(main, "demo")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "demo"))

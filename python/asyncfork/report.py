@@ -13,10 +13,10 @@ a committed record.  The hand-written run logs stay in
 docs/results-history.md and docs/results/runs/, which this leaves alone.
 """
 
-import argparse
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 from asyncfork import bench_offcost, bench_sync, entry, plots, results
@@ -313,7 +313,7 @@ def render(records: list[tuple[Path, dict]], plot_dir: Path) -> tuple[str, list[
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--records", default=str(DOCS_RESULTS), help="the committed records")
     ap.add_argument("--markdown", default=str(MARKDOWN), help="the page to write")
     ap.add_argument("--plots", default=str(PLOTS), help="the folder of its plots")
@@ -329,7 +329,6 @@ def main(argv=None) -> int:
     return 0
 
 
-cli = entry.command(main, "report")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "report"))

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import redis
 
-from asyncfork import loadgen, native, paths, redis_server, tracing
+from asyncfork import entry, loadgen, native, paths, redis_server, tracing
 from asyncfork.paths import arch_dir
 
 CGROUP_PATH = Path("/sys/fs/cgroup/redis-demo")
@@ -167,7 +167,7 @@ def free_port_pair() -> int:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--dataset-mb", type=int, default=2048)
     ap.add_argument("--value-size", type=int, default=1024)
@@ -587,13 +587,6 @@ def guest_command(out: Path, args: list) -> str:
                                            "--check-later"))
 
 
-def cli() -> None:
-    try:
-        sys.exit(run())
-    except KeyboardInterrupt:
-        print("guest: interrupted", file=sys.stderr, flush=True)
-        sys.exit(130)
-
-
 if __name__ == "__main__":
-    cli()
+    # A guest's run (guest_command()).
+    sys.exit(entry.run(run, "guest"))

@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import fork_stress, package, profiles, programs, results, skips, soak_record
+from asyncfork import (entry, fork_stress, package, profiles, programs, results, skips,
+                       soak_record)
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
 
@@ -146,7 +147,7 @@ def unknown_kernel(name: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--minutes", type=float, default=30,
                     help="total run time of the programs (default 30)")
     ap.add_argument("--kernel", default="debug",
@@ -273,4 +274,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "soak"))

@@ -23,13 +23,12 @@ the skips.  Writes BUILD/results/test-deb-FLAVOUR-DATE.json whether
 it passed or not.
 """
 
-import argparse
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from asyncfork import fork_stress, package, paths, programs, results, skips, vm
+from asyncfork import entry, fork_stress, package, paths, programs, results, skips, vm
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
 
@@ -100,7 +99,7 @@ def judge_boot(label: str, run: harness.SuiteRun, progs: list[harness.Program],
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--flavour", default=default_flavour(paths.ARCH),
                     help="as for make deb (default cloud-amd64, or cloud-arm64 with ARCH=arm64)")
     ap.add_argument("--build", default=str(BUILD),
@@ -159,4 +158,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "test-deb"))
