@@ -13,6 +13,8 @@
  *   mprotect     mprotect() of a populated 2 MiB VMA, RO then RW       ns/op
  *   mmap_munmap  mmap + one write + munmap of 64 KiB                   ns/op
  *   odirect      O_DIRECT read of 64 KiB from a block device (GUP-fast) us/op
+ *   madv_free    MADV_FREE of 2 MiB of dirty 4 KiB pages, per page      ns/page
+ *                (mm-fixes patch 3 takes each folio's lock it looks at)
  *
  * Usage: offcost [--runs N] [--only TEST] [--blockdev DEV]
  * odirect runs only with --blockdev (a loop device over a tmpfs file, say).
@@ -150,6 +152,28 @@ static double t_mmap_munmap(void)
 	return (now_ns() - t0) / n;
 }
 
+static double t_madv_free(void)
+{
+	const size_t len = 2 * MB;
+	const int n = 2000;
+	char *p = map_anon(len, 1);
+	double sum = 0;
+
+	for (int i = 0; i < n; i++) {
+		double t0;
+
+		/* Dirty again what the last MADV_FREE made lazily free. */
+		for (size_t off = 0; off < len; off += PAGE)
+			p[off] = (char)i;
+		t0 = now_ns();
+		if (madvise(p, len, MADV_FREE))
+			die("madvise");
+		sum += now_ns() - t0;
+	}
+	munmap(p, len);
+	return sum / n / (len / PAGE);
+}
+
 static const char *blockdev;
 
 static double t_odirect(void)
@@ -190,6 +214,7 @@ static const struct test {
 	{ "mprotect", "ns/op", t_mprotect },
 	{ "mmap_munmap", "ns/op", t_mmap_munmap },
 	{ "odirect", "us/op", t_odirect },
+	{ "madv_free", "ns/page", t_madv_free },
 };
 
 int main(int argc, char **argv)

@@ -32,7 +32,8 @@ from asyncfork.paths import BUILD, RESULTS
 KERNELS = (("unpatched", "unpatched/lean"),
            ("y, vm.async_fork=0", "lean"),
            ("n", "off"))
-TESTS = ("fork_exit", "fork_1g", "write_fault", "mprotect", "mmap_munmap", "odirect")
+TESTS = ("fork_exit", "fork_1g", "write_fault", "mprotect", "mmap_munmap", "odirect",
+         "madv_free")
 MEMORY = "3G"
 CPUS = 2
 RESAMPLES = 10000

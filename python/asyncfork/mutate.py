@@ -105,9 +105,7 @@ ROWS = [
     Row("exit of an OOM victim: the links it left end after the unmap", "finish_mm@exit_mmap",
         af("oom_kills_parent_while_child_copies")),
     Row("secure exec and memory.async_fork", "secure_exec", af("secure_exec_ignores_cgroup_opt_in")),
-    # No caller filter: a filter misses a hook in a helper the compiler did
-    # not inline (docs/results/runs/2026-11-28-hardening.md).
-    Row("cpuset rebinds policies without finishing copies", "keep_copy",
+    Row("cpuset rebinds policies without finishing copies", "keep_copy@mpol_rebind_mm",
         af("cpuset_move_leaves_copy_pending")),
     Row("mm_take_all_locks() does not finish copies", "keep_copy@mm_take_all_locks", "",
         "no user of it can run in the guest (KVM, VFIO, SGX)"),

@@ -6,7 +6,8 @@
 #
 # SUITE has one test program a line: NAME TIMEOUT RETRIES COMMAND...  For
 # each one this writes OUTDIR/NAME.out (its KTAP output), OUTDIR/NAME.rc (its
-# exit code, 124 on timeout) and OUTDIR/NAME.dmesg (the kernel log it caused).
+# exit code, 124 on timeout), OUTDIR/NAME.dmesg (the kernel log it caused)
+# and OUTDIR/NAME.stamps (each output line with the time it came).
 # A run that exits non-zero is repeated up to RETRIES times; the output of
 # each failed run is kept as NAME.out.failedN and the kernel log of every
 # run goes to NAME.dmesg.  A run still going at its timeout leaves the state,
@@ -89,6 +90,17 @@ watchdog() {
 	dump_tasks > "$2" 2>&1
 }
 
+# Each line of standard input with the time it came (seconds since the
+# epoch, to 0.2 s) to the file $1: how long each case of a program took.
+stamp() {
+	local line
+
+	: > "$1"
+	while IFS= read -r line || [ -n "$line" ]; do
+		printf '%s %s\n' "$EPOCHREALTIME" "$line" >> "$1"
+	done
+}
+
 while read -r name timeout retries cmd; do
 	case "$name" in ''|'#'*) continue ;; esac
 	: > "$out/$name.dmesg"
@@ -97,8 +109,15 @@ while read -r name timeout retries cmd; do
 		echo "run-suite: $name (run $((run + 1)))" > /dev/kmsg
 		start=$(date +%s.%N)
 		watchdog "$timeout" "$out/$name.hang" & dog=$!
-		(cd "$out" && timeout -k 10 "$((timeout + 5))" bash -c "$cmd") > "$out/$name.out" 2>&1 < /dev/null
+		(cd "$out" && timeout -k 10 "$((timeout + 5))" bash -c "$cmd") > "$out/$name.out" 2>&1 < /dev/null &
+		prog=$!
+		# Read from the file, not a pipe: a task the program left behind
+		# may hold its output open long after the program ended.
+		tail -s 0.2 -n +1 -f --pid="$prog" "$out/$name.out" | stamp "$out/$name.stamps" &
+		stamper=$!
+		wait "$prog"
 		rc=$?
+		wait "$stamper"
 		kill "$dog" 2>/dev/null
 		wait "$dog"
 		echo "$start $(date +%s.%N)" > "$out/$name.time"
