@@ -48,7 +48,9 @@
 # cgroups it will change first; 0 or unset, the default: in the VM), SERVER
 # (redis or valkey), FLAVOUR (Debian's kernel flavour of
 # make deb, test-deb and soak KERNEL=deb),
-# SOAK_MINUTES (default 30), *_ARGS (passed to the command; --help lists them).
+# SOAK_MINUTES (default 30), *_ARGS (passed to the command).  A target that
+# runs Python runs `asyncfork TARGET` (python -m asyncfork TARGET), whose
+# --help lists its arguments with their defaults.
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
 # commit one under docs/results/ and run make report to publish it.
 
@@ -65,7 +67,8 @@ BUILD          ?= build
 KGIT           ?= $(BUILD)/kgit
 PYTHON         := .venv/bin/python
 # The harness (python/asyncfork) of this checkout, installed or not, and
-# the build folder it works in.
+# the build folder it works in: $(PYTHON) -m asyncfork VERB, one verb for
+# each target that runs Python, of the target's name (asyncfork.cli).
 export PYTHONPATH      := $(CURDIR)/python$(if $(PYTHONPATH),:$(PYTHONPATH))
 export ASYNCFORK_BUILD := $(abspath $(BUILD))
 PYTEST_ARGS    ?=
@@ -156,24 +159,24 @@ bench-programs:
 	@$(MAKE) -s -C bench OUT=$(abspath $(BUILD))/$(ARCH_DIR)bench $(ARCH_CC)
 
 demo: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) -m asyncfork.demo $(NATIVE_FLAG) --server $(SERVER) $(DEMO_ARGS)
+	@$(PYTHON) -m asyncfork demo $(NATIVE_FLAG) --server $(SERVER) $(DEMO_ARGS)
 
 bench: bench-fork bench-redis
 
 bench-fork: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) -m asyncfork.fork_bench $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
+	@$(PYTHON) -m asyncfork bench-fork $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
 
 bench-offcost: kernel-lean kernel-off bench-programs
 	@$(X86_ONLY)
 	@scripts/build-unpatched.sh $(BUILD) lean
-	@$(PYTHON) -m asyncfork.offcost $(OFFCOST_ARGS)
+	@$(PYTHON) -m asyncfork bench-offcost $(OFFCOST_ARGS)
 
 bench-redis: $(GUEST_KERNEL) bench-programs
-	@$(PYTHON) -m asyncfork.redis_bench $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
+	@$(PYTHON) -m asyncfork bench-redis $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
 
 # Guest only: --kernels names build folders (default the lean kernel).
 bench-sync: kernel-lean bench-programs
-	@$(PYTHON) -m asyncfork.sync_bench $(BENCH_SYNC_ARGS)
+	@$(PYTHON) -m asyncfork bench-sync $(BENCH_SYNC_ARGS)
 
 SHELL_SCRIPTS := scripts/*.sh tests/guest/*.sh tests/repro/*.sh .ci/run
 
@@ -196,16 +199,16 @@ test: check $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests 
 # KERNEL=deb: the package make deb built (FLAVOUR=), booted as make test-deb does.
 soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
 	@$(X86_ONLY)
-	@$(PYTHON) -m asyncfork.soak --kernel $(KERNEL) --flavour $(FLAVOUR) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
+	@$(PYTHON) -m asyncfork soak --kernel $(KERNEL) --flavour $(FLAVOUR) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 # One boot of the debug kernel (CONFIG_ASYNC_FORK_DEBUG), about 30 min.
 mutate: kernel-debug selftests upstream-selftests
 	@$(X86_ONLY)
-	@$(PYTHON) -m asyncfork.mutate $(MUTATE_ARGS)
+	@$(PYTHON) -m asyncfork mutate $(MUTATE_ARGS)
 
 # Needs no build: only the committed records.
 report:
-	@$(PYTHON) -m asyncfork.report
+	@$(PYTHON) -m asyncfork report
 
 baseline: $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests
 	@$(PYTHON) -m pytest --require-built tests/test_upstream_mm.py --write-baseline $(PYTEST_ARGS)
@@ -226,7 +229,7 @@ deb-config: source $(if $(ARM64),arm64-root)
 	@scripts/build-deb.sh --config-only $(FLAVOUR) $(BUILD)
 
 test-deb: selftests virtiofsd $(if $(ARM64),arm64-root)
-	@$(PYTHON) -m asyncfork.deb_suite --flavour $(FLAVOUR) --build $(BUILD)
+	@$(PYTHON) -m asyncfork test-deb --flavour $(FLAVOUR) --build $(BUILD)
 
 # Debian's cloud kernels have no 9p: their guests see the root through
 # virtio-fs, whose daemon Debian 12 does not package (crates.io does).
@@ -240,7 +243,7 @@ tools-deb:
 	@scripts/build-tools-deb.sh $(BUILD)
 
 vm: $(if $(ARM64),arm64-root) kernel-$(KERNEL)
-	@$(PYTHON) -m asyncfork.vm --kernel $(BUILD)/$(ARCH_DIR)$(KERNEL) -- $(CMD)
+	@$(PYTHON) -m asyncfork vm --kernel $(BUILD)/$(ARCH_DIR)$(KERNEL) -- $(CMD)
 
 .DEFAULT:
 	@echo "make: unknown target '$@': 'make help' lists the targets" >&2; exit 2

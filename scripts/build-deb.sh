@@ -185,7 +185,8 @@ echo "build-deb: configuring $flavour from $(basename "$debcfg") ($cfgver), comp
 kmake -s KCONFIG_CONFIG="$new" olddefconfig >/dev/null
 rm -f "$out/$new.old"
 check_config() {	# FILE: is it Debian's config plus changes()?
-	python3 "$top/scripts/deb_config.py" check --debian "$debcfg" --config "$1" \
+	PYTHONPATH=$top/python${PYTHONPATH:+:$PYTHONPATH} python3 -m asyncfork deb-config \
+		check --debian "$debcfg" --config "$1" \
 		--changes "$out/asyncfork-changes.config" --toolchain CONFIG_CC_VERSION_TEXT ||
 		die "$1 is not Debian's $flavour config plus the changes listed in build-deb.sh (see above): refusing to build it"
 }

@@ -8,7 +8,7 @@
 #
 # Usage: build-unpatched.sh [BUILD_DIR [PROFILE]]   (default: build debug)
 # Result: BUILD_DIR/unpatched/PROFILE/arch/x86/boot/bzImage, boot it with
-#   scripts/vm.py --kernel BUILD_DIR/unpatched/PROFILE ...
+#   asyncfork vm --kernel BUILD_DIR/unpatched/PROFILE ...
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)

@@ -8,7 +8,7 @@
 #     set: the tree builds with =n only);
 #   - with CONFIG_ASYNC_FORK=n (the lean kernel with kernel/configs/off.config);
 #
-# and the boot must leave no kernel report (scripts/vm.py fails on any).
+# and the boot must leave no kernel report (asyncfork vm fails on any).
 # vm.async_fork must exist exactly when the kernel has Async-fork and the
 # prefix has the patch that adds the knobs, and read 1 then.  The mm
 # selftests must build after each patch that touches them.  A patch that
@@ -84,7 +84,8 @@ boot() {
 	    grep -q '^+[[:space:]]*\.procname[[:space:]]*= "async_fork",' -- "${patches[@]:0:k}"); then
 		want=1
 	fi
-	out=$("$python" "$top/scripts/vm.py" --kernel "$work/$kdir$profile" --memory 1G \
+	out=$(PYTHONPATH=$top/python${PYTHONPATH:+:$PYTHONPATH} "$python" -m asyncfork vm \
+		--kernel "$work/$kdir$profile" --memory 1G \
 		--timeout "$boot_timeout" \
 		--log "$work/boot-$k-$kdir$profile.log" -- \
 		"$guest_cmd") ||

@@ -24,10 +24,10 @@ from asyncfork.paths import BUILD as BUILD
 from asyncfork.paths import TOP as TOP
 
 
-def module_command(module: str) -> list[str]:
-    """The command line of `python -m asyncfork.MODULE` with this pytest's
-    python, the package of this checkout and its build folder."""
-    return paths.python_command(module, python=sys.executable)
+def asyncfork_command(verb: str) -> list[str]:
+    """The command line of `asyncfork VERB` (python -m asyncfork) with this
+    pytest's python, the package of this checkout and its build folder."""
+    return paths.python_command(verb, python=sys.executable)
 
 
 def pytest_addoption(parser):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, TOP, module_command, need
+from conftest import BUILD, TOP, asyncfork_command, need
 
 PY = sys.executable
 QUICK = 60      # seconds: none of these may get as far as booting a guest
@@ -20,20 +20,20 @@ def run(args, timeout=QUICK):
                           cwd=TOP)
 
 
-@pytest.mark.parametrize("script,args,message", [
+@pytest.mark.parametrize("verb,args,message", [
     ("demo", ["--dataset-mb", "4096", "--memory", "2G"], "does not fit"),
     ("demo", ["--rate", "0"], "--rate"),
     ("demo", ["--no-such-option"], "unrecognized arguments"),
     ("demo", ["--memory", "lots"], "lots"),
-    ("redis_bench", ["--sizes", "256,big"], "--sizes"),
-    ("redis_bench", ["--sizes", "8192", "--memory", "4G"], "does not fit"),
-    ("redis_bench", ["--threads", "64"], "copy threads"),
-    ("fork_bench", ["--sizes", "8192", "--memory", "4G"], "do not fit"),
-    ("fork_bench", ["--threads", "0"], "--threads"),
-    ("fork_bench", ["--repeat", "x"], "invalid int"),
+    ("bench-redis", ["--sizes", "256,big"], "--sizes"),
+    ("bench-redis", ["--sizes", "8192", "--memory", "4G"], "does not fit"),
+    ("bench-redis", ["--threads", "64"], "copy threads"),
+    ("bench-fork", ["--sizes", "8192", "--memory", "4G"], "do not fit"),
+    ("bench-fork", ["--threads", "0"], "--threads"),
+    ("bench-fork", ["--repeat", "x"], "invalid int"),
 ])
-def test_bad_argument_is_refused(script, args, message):
-    r = run(module_command(script) + ["--kernel", "/nonexistent"] + args)
+def test_bad_argument_is_refused(verb, args, message):
+    r = run(asyncfork_command(verb) + ["--kernel", "/nonexistent"] + args)
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert message in r.stderr, r.stderr
     assert "booting" not in r.stdout
@@ -65,15 +65,15 @@ def test_loadgen_bad_arguments():
         assert message in r.stderr, (args, r.stderr)
 
 
-def test_redis_bench_grid_is_every_size_with_every_client_count():
+def test_bench_redis_grid_is_every_size_with_every_client_count():
     from argparse import Namespace
 
-    from asyncfork import redis_bench
-    one_at_a_time = redis_bench.configurations(Namespace(
+    from asyncfork import bench_redis
+    one_at_a_time = bench_redis.configurations(Namespace(
         sizes=[1024, 2048], set_ratios=[], clients=[1, 32], threads=[]))
     assert [c["name"] for c in one_at_a_time] == [
         "1024M-set80-c8-t1", "2048M-set80-c8-t1", "1024M-set80-c1-t1", "1024M-set80-c32-t1"]
-    grid = redis_bench.configurations(Namespace(
+    grid = bench_redis.configurations(Namespace(
         sizes=[1024, 2048, 4096], set_ratios=[0.2], clients=[1, 32], threads=[4], grid=True))
     assert [(c["dataset_mb"], c["clients"]) for c in grid] == [
         (1024, 1), (1024, 32), (2048, 1), (2048, 32), (4096, 1), (4096, 32)]
@@ -81,14 +81,14 @@ def test_redis_bench_grid_is_every_size_with_every_client_count():
                for c in grid)
 
 
-def test_redis_bench_record_leaves_the_bands_out():
+def test_bench_redis_record_leaves_the_bands_out():
     # The timeline bands are for the demo's plot; a bench-redis record keeps
     # everything else of each mode's attribution.
-    from asyncfork import redis_bench
+    from asyncfork import bench_redis
     att = {"tail": [{"cause": "fork()", "ms": 1.0}], "slow": [], "bands": {"fork()": [(0, 1)]}}
     rows = [{"config": {"name": "a"}, "table": {"default": {"fork_ms": 9, "attribution": att},
                                                 "async": {"fork_ms": 1}}}]
-    record = redis_bench.record_of({"kind": "bench-redis"}, rows)
+    record = bench_redis.record_of({"kind": "bench-redis"}, rows)
     got = record["runs"][0]["table"]
     assert got["default"]["attribution"] == {"tail": att["tail"], "slow": []}
     assert got["default"]["fork_ms"] == 9 and got["async"] == {"fork_ms": 1}

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""The demo's reading of the tracepoints (asyncfork.redis_snapshot Trace and
+"""The demo's reading of the tracepoints (asyncfork.tracing Trace and
 asyncfork.demo syscall_summary), on tracefs text of the kernel's own
 formats: the server's proactive synchronizations, its child's copy and the
 syscalls of its main thread, each attributed to the right task, and a
@@ -11,8 +11,9 @@ import os
 import subprocess
 import time
 
-from asyncfork import demo
-from asyncfork import redis_snapshot
+import pytest
+
+from asyncfork import demo, native, snapshot, tracing
 
 PID = 4242
 TRACE = """\
@@ -38,16 +39,16 @@ TRACE = """\
 def fake_tracefs(root):
     (root / "trace").write_text(TRACE)
     (root / "tracing_on").write_text("1")
-    for e in redis_snapshot.Trace.EVENTS:
+    for e in tracing.Trace.EVENTS:
         (root / "events/async_fork" / e).mkdir(parents=True)
-    for e in redis_snapshot.Trace.RAW:
+    for e in tracing.Trace.RAW:
         (root / "events/raw_syscalls" / e).mkdir(parents=True)
 
 
 def test_trace_reads_server_events_and_syscalls(tmp_path, monkeypatch):
-    monkeypatch.setattr(redis_snapshot.Trace, "DIR", tmp_path)
+    monkeypatch.setattr(tracing.Trace, "DIR", tmp_path)
     fake_tracefs(tmp_path)
-    t = redis_snapshot.Trace(True)
+    t = tracing.Trace(True)
     assert t.ok and t.syscalls
     # The events go on once, before the run, recording off and nothing
     # passing the filter: start() and stop() must patch no kernel text.
@@ -83,12 +84,12 @@ def test_trace_reads_server_events_and_syscalls(tmp_path, monkeypatch):
 
 def test_no_syscall_trace_is_not_a_clean_one(tmp_path, monkeypatch):
     # A kernel without syscall tracepoints: no summary rather than "no stall".
-    monkeypatch.setattr(redis_snapshot.Trace, "DIR", tmp_path)
+    monkeypatch.setattr(tracing.Trace, "DIR", tmp_path)
     fake_tracefs(tmp_path)
-    for e in redis_snapshot.Trace.RAW:
+    for e in tracing.Trace.RAW:
         (tmp_path / "events/raw_syscalls" / e).rmdir()
     (tmp_path / "events/raw_syscalls").rmdir()
-    t = redis_snapshot.Trace(True)
+    t = tracing.Trace(True)
     t.start(PID)
     (tmp_path / "trace").write_text(TRACE)
     ev = t.stop(PID)
@@ -100,14 +101,22 @@ def test_no_syscall_trace_is_not_a_clean_one(tmp_path, monkeypatch):
 def test_syscalls_before_the_snapshot_do_not_count(tmp_path, monkeypatch):
     # Tracing starts before BGSAVE; what the server did before it is not
     # part of the snapshot, while the fork's events still are read.
-    monkeypatch.setattr(redis_snapshot.Trace, "DIR", tmp_path)
+    monkeypatch.setattr(tracing.Trace, "DIR", tmp_path)
     fake_tracefs(tmp_path)
-    t = redis_snapshot.Trace(True)
+    t = tracing.Trace(True)
     t.start(PID)
     (tmp_path / "trace").write_text(TRACE)
     ev = t.stop(PID, since_ns=1 << 62)
     assert ev["syscalls"] == {}
     assert len(ev["syncs"]) == 1 and len(ev["forks"]) == 1
+
+
+def test_attribute_without_tracefs_is_unavailable(tmp_path):
+    # --attribute on a kernel without tracefs: refused at once, nothing made.
+    settings = native.Settings(tmp_path)
+    with pytest.raises(tracing.Unavailable, match="no tracefs"):
+        tracing.Trace(True, settings, attribute=True)
+    assert not settings.changed
 
 
 class Done:
@@ -122,12 +131,12 @@ class Done:
 def test_wait_snapshot_sleeps_until_the_child_exits():
     # The harness's own "snapshot child": forked by this (main) thread.
     me = os.getpid()
-    before = redis_snapshot.children_of(me)
+    before = snapshot.children_of(me)
     child = subprocess.Popen(["sleep", "0.5"])
     try:
-        assert child.pid in redis_snapshot.children_of(me) - before
+        assert child.pid in snapshot.children_of(me) - before
         r, t0 = Done(), time.monotonic()
-        redis_snapshot.wait_snapshot(r, me, before)
+        snapshot.wait_snapshot(r, me, before)
         # Asleep on the pidfd, then one question: not every 50 ms.
         assert time.monotonic() - t0 >= 0.4 and r.asked == 1
         assert child.poll() is not None
@@ -136,5 +145,5 @@ def test_wait_snapshot_sleeps_until_the_child_exits():
         child.wait()
     # No child to wait for: the server is asked at once.
     r = Done()
-    redis_snapshot.wait_snapshot(r, me, redis_snapshot.children_of(me))
+    snapshot.wait_snapshot(r, me, snapshot.children_of(me))
     assert r.asked == 1

@@ -39,12 +39,12 @@ def test_make_test_stops_without_a_kernel(tmp_path):
 
 
 def test_host_tests_skip_what_is_not_built(tmp_path):
-    r = pytest_on(tmp_path, "tests/test_sync_bench.py", "tests/test_style.py",
+    r = pytest_on(tmp_path, "tests/test_bench_sync.py", "tests/test_style.py",
                   "-k", "forkbench or patch_style")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no build/bench/forkbench: run make bench-programs" in r.stdout
     assert "build/linux is not prepared: run 'make source'" in r.stdout
-    r = pytest_on(tmp_path, "--require-built", "tests/test_sync_bench.py", "-k", "forkbench")
+    r = pytest_on(tmp_path, "--require-built", "tests/test_bench_sync.py", "-k", "forkbench")
     assert r.returncode == 1 and "no build/bench/forkbench: run make bench-programs" in r.stdout
 
 

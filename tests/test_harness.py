@@ -45,8 +45,10 @@ def test_missing_source_package(tmp_path):
     assert "not found" in err and "make setup" in err
 
 
-def test_guest_memory_larger_than_host():
-    p = sh(sys.executable, "scripts/vm.py", "--memory", "64T", "--", "true")
+@pytest.mark.parametrize("command", [[sys.executable, "-m", "asyncfork", "vm"],
+                                     [sys.executable, "scripts/vm.py"]])
+def test_guest_memory_larger_than_host(command):
+    p = sh(*command, "--memory", "64T", "--", "true", env={"PYTHONPATH": str(TOP / "python")})
     err = one_line_error(p)
     assert p.returncode == 2 and "larger than the host" in err
     assert len(err.splitlines()) == 1
@@ -134,7 +136,7 @@ def test_arm64_guest_args(tmp_path, monkeypatch):
     assert not vm.kvm_usable()
     assert vm.accel_args() == ["--disable-kvm"]
     # Its commands run the root's python, told the architecture.
-    cmd = paths.python_command("redis_snapshot", "--x")
+    cmd = paths.python_command("snapshot", "--x")
     assert "/usr/bin/python3" in cmd and "ARCH=arm64" in cmd
 
 

@@ -78,12 +78,12 @@ def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_reader_sees_every_form():
-    known = {"soak", "deb_suite", "vm", "paths", "suite"}
+    known = {"soak", "test_deb", "vm", "paths", "suite"}
     src = ("import asyncfork.vm\nfrom asyncfork import paths, os\n"
            "from asyncfork.suite import Case\n"
-           "def f():\n    from asyncfork import deb_suite\n"
+           "def f():\n    from asyncfork import test_deb\n"
            "    from . import soak\n")
-    assert imported(src, known) == {"vm", "paths", "suite", "deb_suite", "soak"}
+    assert imported(src, known) == {"vm", "paths", "suite", "test_deb", "soak"}
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 

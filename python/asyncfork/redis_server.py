@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: GPL-2.0
 """A Redis or Valkey server's lifecycle, for the demo's driver
-(asyncfork.redis_snapshot) and the guest's digest check
+(asyncfork.snapshot) and the guest's digest check
 (tests/guest/redis_digest.py): start one on a port of 127.0.0.1 with its
 files in a folder, wait until it answers with its dataset loaded, stop it."""
 

@@ -13,13 +13,13 @@ a committed record.  The hand-written run logs stay in
 docs/results-history.md and docs/results/runs/, which this leaves alone.
 """
 
-import argparse
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
-from asyncfork import entry, offcost, plots, results, sync_bench
+from asyncfork import bench_offcost, bench_sync, entry, plots, results
 from asyncfork.paths import DOCS_RESULTS, TOP
 
 MARKDOWN = TOP / "docs/results.md"
@@ -150,14 +150,14 @@ def offcost_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     # Summarized again from every value: records written before the
     # bootstrap interval have none in their summary (it is seeded: the
     # same values give the same interval).
-    rec = {**rec, "summary": offcost.summarize(rec["values"])}
-    lines = [offcost.table(rec["summary"], rec["units"]), "", offcost.LEGEND, ""]
+    rec = {**rec, "summary": bench_offcost.summarize(rec["values"])}
+    lines = [bench_offcost.table(rec["summary"], rec["units"]), "", bench_offcost.LEGEND, ""]
     return lines + image(plots.offcost(plot_dir / f"{stem}.png", rec),
                          "each kernel's median against the unpatched kernel's")
 
 
 def sync_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
-    return [sync_bench.table(rec["summary"]), "", sync_bench.LEGEND, ""]
+    return [bench_sync.table(rec["summary"]), "", bench_sync.LEGEND, ""]
 
 
 def test_deb_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
@@ -313,7 +313,7 @@ def render(records: list[tuple[Path, dict]], plot_dir: Path) -> tuple[str, list[
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--records", default=str(DOCS_RESULTS), help="the committed records")
     ap.add_argument("--markdown", default=str(MARKDOWN), help="the page to write")
     ap.add_argument("--plots", default=str(PLOTS), help="the folder of its plots")
@@ -329,7 +329,6 @@ def main(argv=None) -> int:
     return 0
 
 
-cli = entry.command(main, "report")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "report"))

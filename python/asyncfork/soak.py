@@ -12,11 +12,11 @@ asynchronous, the time split between them.  Judged as the suite judges a
 program: exit code, KTAP cases, and no kernel report in the log; a
 skipped case fails it unless asyncfork.skips says why for this kernel;
 and a fork_stress run that expected asynchronous forks (-a) fails if
-Async-fork deferred nothing in it.
+Async-fork deferred nothing in it (asyncfork.fork_stress).
 
 Every soak ends by writing one JSON record, BUILD/results/soak-KERNEL-DATE.json
-(asyncfork.results' metadata, then make_record()'s fields), whether it passed
-or not; a record worth keeping is committed under docs/results/.
+(asyncfork.results' metadata, then asyncfork.soak_record's fields), whether it
+passed or not; a record worth keeping is committed under docs/results/.
 
 Swap is on zram by default, as in the suite: its swap-ins may skip the
 swap cache, the path where 6.12 lost pages (docs/findings/madv-free-swapin.md,
@@ -25,40 +25,20 @@ No program is repeated: any failed run is a failure.
 """
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
 
-from asyncfork import package, profiles, programs, results, skips
+from asyncfork import (entry, fork_stress, package, profiles, programs, results, skips,
+                       soak_record)
 from asyncfork import suite as harness
 from asyncfork.paths import BUILD, RESULTS
-from asyncfork.results import machine
 
 RECORD_DIR = RESULTS
 
 # Program timeouts (and the boot's) are multiplied by this for a kernel
 # profile that runs the kernel's side slower: sanitizers under emulation.
 TIMEOUT_FACTOR = {"kasan": 2.0, "kcsan": 3.0}
-
-# fork_stress's per-run counters (the parent's forks, how many of them
-# deferred page tables, and /proc/vmstat deltas; -1 where it could not read
-# a counter), printed with or without KTAP's "# ", e.g.
-#   fork_stress: forks 290, deferred 261 (90%), syncs 1204, child copies 5230, errors 0
-COUNTERS_RE = re.compile(
-    r"^(?:#\s*)?fork_stress: forks (?P<forks>-?\d+), deferred (?P<deferred>-?\d+) "
-    r"\((?P<pct>-?\d+(?:\.\d+)?)%\), syncs (?P<syncs>-?\d+), "
-    r"child copies (?P<copies>-?\d+), errors (?P<errors>-?\d+)\s*$", re.M)
-# fork_stress's first KTAP result: how many children it reaped and judged
-# (each compared its snapshot; with -F some were killed by a failed copy):
-#   ok 1 snapshots exact: 290 children (3 killed by a failed copy, 0 forks failed)
-#   not ok 1 snapshots exact: 2 of 57 children found a difference
-CHILDREN_RE = re.compile(
-    r"^(?:not )?ok \d+ snapshots exact: (?:(?P<bad>\d+) of )?(?P<n>\d+) children"
-    r"(?: \((?P<killed>\d+) killed by a failed copy)?", re.M)
-
-COUNTER_FIELDS = ("forks", "forks_deferred", "syncs", "child_copies", "errors")
-
 
 # The timed programs of programs.stress_programs() and how many times their
 # seconds each takes (stress-ng runs two stressors in turn).
@@ -84,147 +64,16 @@ def soak_programs(minutes: float, packaged: bool) -> tuple[int, int, list[harnes
     return seconds, snapshots, progs
 
 
-def parse_fork_stress(text: str) -> dict:
-    """The counters of one fork_stress run's output; None where the run
-    did not print them (the last line of each kind counts)."""
-    out = dict.fromkeys(COUNTER_FIELDS + ("children_checked", "children_killed"))
-    m = None
-    for m in COUNTERS_RE.finditer(text):
-        pass
-    if m:
-        for key, group in zip(COUNTER_FIELDS, ("forks", "deferred", "syncs", "copies", "errors")):
-            val = int(m[group])
-            out[key] = val if val >= 0 else None
-    m = None
-    for m in CHILDREN_RE.finditer(text):
-        pass
-    if m:
-        out["children_checked"] = int(m["n"])
-        if m["killed"] is not None:
-            out["children_killed"] = int(m["killed"])
-    return out
-
-
-def total(runs: list[dict], key: str) -> int | None:
-    """The sum of @key over @runs; None if any run lacks it (a partial sum
-    would look like a whole one) or there is no run."""
-    vals = [r[key] for r in runs]
-    return None if not vals or None in vals else sum(vals)
-
-
-def is_fork_stress(p: harness.Program) -> bool:
-    return Path(programs.last_command(p.command)[0]).name == "fork_stress"
-
-
-def expects_async(p: harness.Program) -> bool:
-    """fork_stress -a: every fork of the run must be asynchronous."""
-    return "-a" in programs.last_command(p.command)[1:]
-
-
-def fork_stress_runs(run: harness.SuiteRun, progs: list[harness.Program]) -> list[dict]:
-    """One entry per fork_stress run of the boot, failed and repeated runs
-    included: program, which run, whether it expected Async-fork, counters."""
-    runs = []
-    for p in progs:
-        r = run.results.get(p.name)
-        if not is_fork_stress(p) or r is None or not r.ran:
-            continue
-        for i, text in enumerate(r.failed_runs + [r.output], 1):
-            runs.append({"program": p.name, "run": i, "expect_async": expects_async(p),
-                         **parse_fork_stress(text)})
-    return runs
-
-
-def judge(run: harness.SuiteRun, progs: list[harness.Program],
-          runs: list[dict], config: str = "") -> dict[str, list[str]]:
-    """The problems of each program: the suite's judgement, a skipped case
-    that asyncfork.skips does not allow on @config (with none, no skip is
-    allowed), and, for a fork_stress run that expected Async-fork, a run
-    that deferred nothing."""
-    problems = {p.name: skips.verdict(run, p.name, config) for p in progs}
-    for s in runs:
-        if s["expect_async"] and s["forks_deferred"] == 0:
-            problems[s["program"]].append(
-                f"{s['program']} (run {s['run']}): Async-fork deferred nothing in "
-                f"{s['forks']} forks, but the run expected asynchronous forks (-a)")
-    return problems
-
-
-def print_judgement(prefix: str, run: harness.SuiteRun, progs: list[harness.Program],
-                    problems: dict[str, list[str]], config: str = "") -> None:
-    """One line per program, pass or FAIL, with its cases and skips, then
-    its problems, the reasons of its allowed skips and the tails of its
-    repeated runs."""
-    skipped = skips.program_skips(run, [p.name for p in progs], config)
-    for p in progs:
-        r = run.results[p.name]
-        s = skipped.get(p.name, skips.Skips())
-        print(f"{prefix}{p.name}: {'FAIL' if problems[p.name] else 'pass'} ({r.elapsed:.0f} s, "
-              f"{len(r.cases)} cases, {s.count} skipped)")
-        for line in problems[p.name]:
-            print("    " + line.replace("\n", "\n    "))
-        for case, why in s.allowed:
-            print(f"    skipped {case}: {why}")
-        for i, failed_out in enumerate(r.failed_runs, 1):
-            print(f"    run {i} failed and was repeated; its output tail:\n      " +
-                  harness.vm.tail(failed_out, 20).replace("\n", "\n      "))
-
-
-def make_record(*, kernel_name: str, kernel_dir: Path, run: harness.SuiteRun,
-                progs: list[harness.Program], problems: dict[str, list[str]],
-                runs: list[dict], started: float, finished: float,
-                machine_info: dict, argv: list[str], args: dict,
-                image: Path | None = None, built: dict | None = None,
-                config: str | None = None) -> dict:
-    """The soak's record.  Counters are sums over every fork_stress run
-    (failed and repeated runs included), null if a run did not print them.
-    forks, forks_deferred, syncs (tables the parent copied first) and
-    child_copies (tables the child copied) come from fork_stress's counter
-    line; children_checked from its "snapshots exact: N children" result.
-    skipped counts the skipped cases, each program's allowed ones with
-    their reason (asyncfork.skips, for @config: ARCH/KERNEL_NAME)."""
-    config = config or skips.config(kernel_name)
-    skipped = skips.program_skips(run, [p.name for p in progs], config)
-    kernel = results.kernel(None if image else kernel_dir, label=kernel_name, image=image,
-                            async_fork="2 (each program sets it)")
-    if run.kernelrelease != "unknown":
-        kernel["release"] = run.kernelrelease
-    # Which build: a kernel is not rebuilt for a soak of a later commit
-    # whose kernel code is the same, so the record names the image's
-    # build time and, for the package, its file.
-    kernel.update(built or {})
-    return {
-        **results.metadata("soak", kernels=[kernel], machine_info=machine_info, argv=argv,
-                           args=args, started=started),
-        "seconds": round(finished - started, 1),
-        **{k: total(runs, k) for k in COUNTER_FIELDS},
-        "children_checked": total(runs, "children_checked"),
-        "kernel_reports": len(run.vm.reports or []),
-        "skip_config": config,
-        "skipped": sum(s.count for s in skipped.values()),
-        "skipped_unexplained": sum(len(s.unexplained) for s in skipped.values()),
-        "failures": sum(bool(v) for v in problems.values()),
-        "passed": not any(problems.values()) and not run.vm.reports,
-        "programs": {
-            p.name: {"passed": not problems[p.name],
-                     "seconds": round(run.results[p.name].elapsed, 1),
-                     "repeated_runs": len(run.results[p.name].failed_runs),
-                     **skips.record(skipped.get(p.name, skips.Skips())),
-                     "problems": [s.splitlines()[0] for s in problems[p.name]]}
-            for p in progs},
-        "fork_stress_runs": runs,
-    }
-
-
 def mmss(seconds: float) -> str:
     return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
 def heartbeat_line(progress: harness.Progress, outdir: Path, elapsed: float, minutes: float,
-                   fork_stress: set[str] | None = None) -> str:
+                   stress_names: set[str] | None = None) -> str:
     """The soak's heartbeat: time, the program running, programs done and
     how many exited non-zero, the counters of the fork_stress runs done so
-    far and the kernel reports in the console log so far."""
+    far (of the programs @stress_names, default those named fork_stress*)
+    and the kernel reports in the console log so far."""
     n = len(progress.names)
     running = (f"{progress.current} running "
                f"({harness.fmt_seconds(progress.clock() - progress.started)})"
@@ -232,15 +81,16 @@ def heartbeat_line(progress: harness.Progress, outdir: Path, elapsed: float, min
     bad = sum(f.rc != 0 for f in progress.finished)
     runs = []
     for f in progress.finished:
-        if f.name in fork_stress if fork_stress is not None else f.name.startswith("fork_stress"):
+        if (f.name in stress_names if stress_names is not None
+                else f.name.startswith("fork_stress")):
             try:
-                runs.append(parse_fork_stress((outdir / f"{f.name}.out").read_text(
+                runs.append(fork_stress.parse((outdir / f"{f.name}.out").read_text(
                     errors="replace")))
             except OSError:
-                runs.append(parse_fork_stress(""))
+                runs.append(fork_stress.parse(""))
     if runs:
         def count(key):
-            v = total(runs, key)
+            v = fork_stress.total(runs, key)
             return "?" if v is None else v
         counters = (f"fork_stress so far: forks {count('forks_deferred')} of "
                     f"{count('forks')} deferred, {count('children_checked')} children checked")
@@ -280,12 +130,6 @@ def host_changed_note(before: float | None, after: float | None) -> str | None:
             f"replaced library; run again with the host left alone")
 
 
-def write_record(record: dict, outdir: Path, kernel_name: str, kind: str = "soak") -> Path:
-    """Write @record as KIND-KERNEL-DATE.json in @outdir (DATE from its
-    start, UTC); a later run of the same day gets -2, -3...: none is lost."""
-    return results.write(record, outdir, f"{kind}-{kernel_name}")
-
-
 def kernel_dir(name: str) -> Path:
     """--kernel NAME is build/NAME; a value with a slash is a folder."""
     return Path(name) if "/" in name else BUILD / name
@@ -303,7 +147,7 @@ def unknown_kernel(name: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--minutes", type=float, default=30,
                     help="total run time of the programs (default 30)")
     ap.add_argument("--kernel", default="debug",
@@ -386,19 +230,19 @@ def main(argv: list[str] | None = None) -> int:
     stamp = packages_stamp()
     # Single-threaded TCG: see vm.run's tcg_single.
     extra = {"keep_thp": True, "root_fs": "virtiofs"} if packaged else {}
-    fork_stress = {p.name for p in progs if is_fork_stress(p)}
+    stress_names = {p.name for p in progs if fork_stress.is_program(p)}
     run = harness.run_suite(kdir, progs, out, memory=a.memory, cpus=a.cpus,
                             numa_nodes=2, swap=a.swap, boot_timeout=int(180 * factor),
                             tcg_single=tcg_single, echo=harness.printer("soak: "),
                             heartbeat=lambda p: heartbeat_line(p, out, time.time() - start,
-                                                               a.minutes, fork_stress),
+                                                               a.minutes, stress_names),
                             heartbeat_every=a.heartbeat, **extra)
     finished = time.time()
     host_note = host_changed_note(stamp, packages_stamp())
-    runs = fork_stress_runs(run, progs)
+    runs = fork_stress.runs(run, progs)
     config = skips.config(name)
-    problems = judge(run, progs, runs, config)
-    print_judgement("soak: ", run, progs, problems, config)
+    problems = fork_stress.judge(run, progs, runs, config)
+    fork_stress.print_judgement("soak: ", run, progs, problems, config)
     for s in runs:
         if s["forks"] is None:
             print(f"soak: {s['program']} (run {s['run']}) printed no counter line "
@@ -410,18 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     swaps = out / "swaps"
     if swaps.exists():
         print("soak: guest swap:\n    " + swaps.read_text().strip().replace("\n", "\n    "))
-    record = make_record(kernel_name=name, kernel_dir=kdir, run=run, progs=progs, built=built,
-                         problems=problems, runs=runs, started=start, finished=finished,
-                         machine_info=machine(a.cpus, a.memory, 2, a.swap, tcg_single=tcg_single),
-                         argv=argv, args={**vars(a), "timeout_factor": factor,
-                                          "tcg_single": tcg_single,
-                                          "seconds_per_program": seconds,
-                                          "redis_snapshots": snapshots},
-                         image=image, config=config)
+    record = soak_record.make_record(
+        kernel_name=name, kernel_dir=kdir, run=run, progs=progs, built=built,
+        problems=problems, runs=runs, started=start, finished=finished,
+        machine_info=results.machine(a.cpus, a.memory, 2, a.swap, tcg_single=tcg_single),
+        argv=argv, args={**vars(a), "timeout_factor": factor, "tcg_single": tcg_single,
+                         "seconds_per_program": seconds, "redis_snapshots": snapshots},
+        image=image, config=config)
     record["host_packages_changed"] = host_note is not None
     if host_note:
         print(f"soak: warning: {host_note}")
-    path = write_record(record, Path(a.record_dir), name)
+    path = soak_record.write_record(record, Path(a.record_dir), name)
     print(f"soak: {len(progs) - failed} of {len(progs)} programs passed in "
           f"{(finished - start) / 60:.1f} min ({run.kernelrelease}); "
           f"forks {record['forks']}, deferred {record['forks_deferred']}, "
@@ -431,4 +274,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "soak"))

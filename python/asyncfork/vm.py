@@ -12,12 +12,12 @@ that adds what a test runner needs and vng does not give:
 
 Used as a module by the tests and the benchmarks, and as a command:
 
-    scripts/vm.py --kernel build/debug [--memory 4G] [--cpus 2] -- CMD...
+    asyncfork vm --kernel build/debug [--memory 4G] [--cpus 2] -- CMD...
 
-(scripts/vm.py runs `python -m asyncfork.vm`; so does `make vm`.)
+(make vm runs it as `python -m asyncfork vm`; so does scripts/vm.py, the
+path older records name.)
 """
 
-import argparse
 import os
 import re
 import shlex
@@ -31,8 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from asyncfork import entry
-from asyncfork import paths
+from asyncfork import entry, paths
 from asyncfork.paths import ARCH, BUILD, TOP, arch_dir
 
 
@@ -471,7 +470,7 @@ def _copy(src, log, echo):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--kernel", default=str(arch_dir("debug")),
                     help="kernel build folder or image (default: BUILD/debug, "
                          "BUILD/arm64-debug with ARCH=arm64)")
@@ -496,7 +495,6 @@ def main(argv=None) -> int:
     return 0
 
 
-cli = entry.command(main, "vm")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "vm"))

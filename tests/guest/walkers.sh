@@ -1,6 +1,6 @@
 #!/bin/bash
 # SPDX-License-Identifier: GPL-2.0
-# Runs inside the guest, in the second boot of make test-deb (tests/deb_suite.py),
+# Runs inside the guest, in the second boot of make test-deb (python/asyncfork/test_deb.py),
 # from the run's output folder (the working directory of every program).
 #
 #   walkers.sh on     make the page-table walkers of Debian's kernel act on
@@ -10,7 +10,7 @@
 #                     walkers.before and walkers.after in the working folder
 #
 # Debian's kernel enables them, but some act only when asked: KSM merges
-# only memory marked mergeable (deb_suite.py starts every program under
+# only memory marked mergeable (asyncfork.package starts every program under
 # PR_SET_MEMORY_MERGE), DAMON reclaims nothing until it is given a scheme,
 # the multi-gen LRU walks page tables only when it ages, which needs
 # reclaim, and NUMA balancing needs two nodes (the boot has them).

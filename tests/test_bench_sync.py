@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""asyncfork.sync_bench (make bench-sync): its kernel list, its summary of
+"""asyncfork.bench_sync (make bench-sync): its kernel list, its summary of
 forkbench --touch lines, its refusal of bad input; and forkbench --touch
 itself on this machine (default fork: the parent's timed writes and the
 child's check of its snapshot)."""
@@ -11,15 +11,15 @@ import pytest
 
 from conftest import BUILD, need
 
-from asyncfork import sync_bench
+from asyncfork import bench_sync
 
 
 def test_kernels_named_or_by_folder():
-    assert sync_bench.parse_kernels("before=build/a,after=/x/lean") == [
-        ("before", sync_bench.Path("build/a")), ("after", sync_bench.Path("/x/lean"))]
-    assert sync_bench.parse_kernels("build/lean")[0][0] == "lean"
+    assert bench_sync.parse_kernels("before=build/a,after=/x/lean") == [
+        ("before", bench_sync.Path("build/a")), ("after", bench_sync.Path("/x/lean"))]
+    assert bench_sync.parse_kernels("build/lean")[0][0] == "lean"
     with pytest.raises(ValueError):
-        sync_bench.parse_kernels("a=x,a=y")
+        bench_sync.parse_kernels("a=x,a=y")
 
 
 def row(asyn, fork_us, p50, p99, mx, over, n=512):
@@ -31,14 +31,14 @@ def test_summary_per_mode():
     rows = [row(False, 100000, 5, 9, 40, 0), row(False, 120000, 6, 11, 900, 0),
             row(False, 110000, 5, 10, 50, 0),
             row(True, 2000, 30, 300, 2500, 2), row(True, 1000, 20, 200, 800, 0)]
-    s = sync_bench.summarize(rows)
+    s = bench_sync.summarize(rows)
     assert s["default"]["forks"] == 3 and s["default"]["fork_ms_median"] == 110
     assert s["default"]["touch_max_us"] == 900 and s["default"]["touches_over_1ms"] == 0
     assert s["async"]["fork_ms_median"] == 1.5
     assert s["async"]["touch_p99_us_median"] == 250
     assert s["async"]["touch_max_us"] == 2500
     assert s["async"]["touches_over_1ms"] == 2 and s["async"]["touches"] == 1024
-    md = sync_bench.table({"after": s})
+    md = bench_sync.table({"after": s})
     assert "| after | async | 2 | 1.50 | 25.0 | 250.0 | 2500.0 | 2 of 1024 |" in md
 
 
@@ -46,7 +46,7 @@ def test_summary_per_mode():
                                   ["--boots", "0"], ["--size-mb", "1"], ["--hogs", "-1"],
                                   ["--kernels", "nothing=/nonexistent"]])
 def test_bad_input_is_refused(args):
-    assert sync_bench.main(args) == 2
+    assert bench_sync.main(args) == 2
 
 
 def forkbench(*args):

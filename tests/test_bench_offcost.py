@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: GPL-2.0
-"""asyncfork.offcost's reading of offcost's output and its summary: medians,
+"""asyncfork.bench_offcost's reading of offcost's output and its summary: medians,
 spread and ratios to the unpatched kernel, and its refusal of bad input."""
 
 import subprocess
@@ -8,33 +8,33 @@ import pytest
 
 from conftest import BUILD, need
 
-from asyncfork import offcost
+from asyncfork import bench_offcost
 
 
 def test_parse_keeps_only_result_lines():
     console = ("[    1.0] random kernel line RESULT x\n"
                "RESULT fork_exit 0 100.0 us/op\nRESULT fork_exit 1 110.5 us/op\n"
                "RESULT odirect 0 7.25 us/op\nnoise RESULT\n")
-    assert offcost.parse(console) == {"fork_exit": [100.0, 110.5], "odirect": [7.25]}
+    assert bench_offcost.parse(console) == {"fork_exit": [100.0, 110.5], "odirect": [7.25]}
 
 
 def test_summary_medians_spread_and_ratios():
     values = {"unpatched": {"fork_exit": [100, 110, 90]},
               "y": {"fork_exit": [120, 118, 122]},
               "n": {"fork_exit": [99, 100, 101]}}
-    s = offcost.summarize(values)
+    s = bench_offcost.summarize(values)
     assert s["unpatched"]["fork_exit"]["median"] == 100
     assert s["unpatched"]["fork_exit"]["spread_pct"] == pytest.approx(20)
     assert s["unpatched"]["fork_exit"]["ratio"] == 1
     assert s["y"]["fork_exit"]["ratio"] == pytest.approx(1.2)
     assert s["n"]["fork_exit"]["ratio"] == pytest.approx(1.0)
-    md = offcost.table(s, {"fork_exit": "us/op"})
+    md = bench_offcost.table(s, {"fork_exit": "us/op"})
     assert "| fork_exit | us/op | 100 (±10%) | 120 (±2%, x1.200) | 100 (±1%, x1.000) |" in md
 
 
 @pytest.mark.parametrize("args", [["--boots", "0"], ["--runs", "0"]])
 def test_bad_counts_are_refused(args):
-    assert offcost.main(args) == 2
+    assert bench_offcost.main(args) == 2
 
 
 def test_offcost_program_refuses_bad_arguments():
@@ -48,7 +48,7 @@ def test_offcost_program_refuses_bad_arguments():
 def test_one_slow_run_does_not_inflate_the_interval():
     base = [100, 101, 99, 100, 102, 98, 100, 101, 99, 100, 100, 101, 99, 100, 102]
     other = [x * 1.01 for x in base[:-1]] + [500]     # 1% slower, and one run 5 times
-    s = offcost.summarize({"unpatched": {"fork_exit": base}, "y": {"fork_exit": other}})
+    s = bench_offcost.summarize({"unpatched": {"fork_exit": base}, "y": {"fork_exit": other}})
     y = s["y"]["fork_exit"]
     assert y["spread_pct"] / 2 > 190                  # the half-range: that one run
     lo, hi = y["ci_pct"]
@@ -60,10 +60,10 @@ def test_one_slow_run_does_not_inflate_the_interval():
 def test_the_interval_is_seeded():
     v = {"unpatched": {"odirect": [250, 253, 252, 250, 257, 263, 513, 325]},
          "n": {"odirect": [262, 275, 269, 253, 252, 258, 359, 271]}}
-    assert offcost.summarize(v) == offcost.summarize(v)
-    assert offcost.median_diff_ci([1, 2, 3, 4], [2, 3, 4, 5], resamples=200, seed=7) == \
-        offcost.median_diff_ci([1, 2, 3, 4], [2, 3, 4, 5], resamples=200, seed=7)
-    lo, hi = offcost.median_diff_ci([10.0] * 5, [11.0] * 5)
+    assert bench_offcost.summarize(v) == bench_offcost.summarize(v)
+    assert bench_offcost.median_diff_ci([1, 2, 3, 4], [2, 3, 4, 5], resamples=200, seed=7) == \
+        bench_offcost.median_diff_ci([1, 2, 3, 4], [2, 3, 4, 5], resamples=200, seed=7)
+    lo, hi = bench_offcost.median_diff_ci([10.0] * 5, [11.0] * 5)
     assert lo == pytest.approx(10) and hi == pytest.approx(10)
 
 
@@ -71,15 +71,15 @@ def test_the_table_shows_the_interval():
     values = {"unpatched": {"fork_exit": [100, 110, 90]},
               "y": {"fork_exit": [120, 118, 122]},
               "n": {"fork_exit": [99, 100, 101]}}
-    s = offcost.summarize(values)
-    md = offcost.table(s, {"fork_exit": "us/op"})
+    s = bench_offcost.summarize(values)
+    md = bench_offcost.table(s, {"fork_exit": "us/op"})
     head, rule, row = md.splitlines()
     assert head == "| test | unit | unpatched | y | n | Δ y | Δ n |"
     assert rule == "|---|---|---|---|---|---|---|"
     lo, hi = s["y"]["fork_exit"]["ci_pct"]
     assert row.endswith(f"| +20.0% [{lo:+.1f}, {hi:+.1f}] | "
-                        f"{offcost.ci_cell(s['n']['fork_exit'])} |")
-    assert "bootstrap" in offcost.LEGEND and str(offcost.SEED) in offcost.LEGEND
+                        f"{bench_offcost.ci_cell(s['n']['fork_exit'])} |")
+    assert "bootstrap" in bench_offcost.LEGEND and str(bench_offcost.SEED) in bench_offcost.LEGEND
 
 
 def test_the_record_names_its_machine(monkeypatch):
@@ -87,18 +87,18 @@ def test_the_record_names_its_machine(monkeypatch):
     machine = {"host": "vm", "host_virtualization": "docker", "host_cpu": "AMD EPYC",
                "host_cpus": 2, "host_memory_mb": 24105, "host_kernel": "6.18.44",
                "accel": "tcg", "guest_cpus": 2, "guest_memory": "3G"}
-    monkeypatch.setattr(offcost.results, "machine", lambda *a: asked.append(a) or machine)
+    monkeypatch.setattr(bench_offcost.results, "machine", lambda *a: asked.append(a) or machine)
     kernels = [{"label": n, "release": "6.12.117", "flavour": "lean", "config_sha256": None,
                 "async_fork": "absent"} for n in ("unpatched", "y", "n")]
     values = {"unpatched": {"fork_exit": [100, 110, 90]}, "y": {"fork_exit": [120, 118, 122]},
               "n": {"fork_exit": [99, 100, 101]}}
-    rec = offcost.make_record(values, {"fork_exit": "us/op"}, kernels, argv=[], args={},
+    rec = bench_offcost.make_record(values, {"fork_exit": "us/op"}, kernels, argv=[], args={},
                               started=1795600000.0, seconds=60)
-    assert asked == [(offcost.CPUS, offcost.MEMORY)]
+    assert asked == [(bench_offcost.CPUS, bench_offcost.MEMORY)]
     assert rec["kind"] == "bench-offcost" and rec["machine"] == machine
-    assert rec["bootstrap"] == {"resamples": offcost.RESAMPLES, "seed": offcost.SEED,
-                                "level": offcost.LEVEL}
-    assert rec["summary"] == offcost.summarize(values)
-    md = offcost.markdown(rec)
+    assert rec["bootstrap"] == {"resamples": bench_offcost.RESAMPLES, "seed": bench_offcost.SEED,
+                                "level": bench_offcost.LEVEL}
+    assert rec["summary"] == bench_offcost.summarize(values)
+    md = bench_offcost.markdown(rec)
     assert md.endswith("machine: a guest of 2 vCPUs and 3G under TCG on AMD EPYC, 2 CPUs, "
                        "24105 MiB, kernel 6.18.44, itself a VM (docker)")

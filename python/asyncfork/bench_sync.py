@@ -15,7 +15,6 @@ in between, and of a change to the copy's locking, before and after in
 one run (--kernels before=build/lean-before,after=build/lean).
 """
 
-import argparse
 import json
 import statistics
 import sys
@@ -78,7 +77,7 @@ LEGEND = ("write p50/p99: median over the forks of each fork's percentile; max: 
 
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--kernels", default=str(arch_dir("lean")),
                     help="NAME=PATH,... kernel build folders (default: the lean kernel)")
     ap.add_argument("--size-mb", type=int, default=1024, help="heap, MiB (default 1024)")
@@ -92,22 +91,22 @@ def main(argv=None) -> int:
     try:
         kernels = parse_kernels(a.kernels)
     except ValueError:
-        print(f"sync_bench: --kernels must be NAME=PATH,... with distinct names, "
+        print(f"bench-sync: --kernels must be NAME=PATH,... with distinct names, "
               f"not '{a.kernels}'", file=sys.stderr)
         return 2
     if a.size_mb < 2 or a.repeat < 1 or a.boots < 1 or not 0 <= a.hogs <= 64:
-        print("sync_bench: --size-mb at least 2, --repeat and --boots at least 1, "
+        print("bench-sync: --size-mb at least 2, --repeat and --boots at least 1, "
               "--hogs 0 to 64", file=sys.stderr)
         return 2
     for name, path in kernels:
         try:
             vm.find_image(path)
         except vm.VMError as e:
-            print(f"sync_bench: kernel '{name}': {e}", file=sys.stderr)
+            print(f"bench-sync: kernel '{name}': {e}", file=sys.stderr)
             return 2
     bench = arch_dir("bench") / "forkbench"
     if not bench.exists():
-        print(f"sync_bench: no {bench}: run make bench-programs", file=sys.stderr)
+        print(f"bench-sync: no {bench}: run make bench-programs", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -119,19 +118,19 @@ def main(argv=None) -> int:
     t0 = time.time()
     for b in range(a.boots):
         for name, path in kernels[b % len(kernels):] + kernels[:b % len(kernels)]:
-            print(f"sync_bench: boot {b + 1}/{a.boots}: {name} ({vm.kernel_release(path)})",
+            print(f"bench-sync: boot {b + 1}/{a.boots}: {name} ({vm.kernel_release(path)})",
                   flush=True)
             (out / "rows.jsonl").unlink(missing_ok=True)
             r = vm.run(path, guest, memory=memory, cpus=CPUS, rwdirs=[out],
                        timeout=900 + a.repeat * a.size_mb // 4,
                        log_path=out / f"console-{name}-{b}.log")
             if not r.ok:
-                print(f"sync_bench: {name}: " + r.describe(), file=sys.stderr)
+                print(f"bench-sync: {name}: " + r.describe(), file=sys.stderr)
                 return 1
             got = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()
                    if line.startswith("{")]
             if len(got) != 2 * a.repeat:
-                print(f"sync_bench: {name}: {len(got)} of {2 * a.repeat} forks reported",
+                print(f"bench-sync: {name}: {len(got)} of {2 * a.repeat} forks reported",
                       file=sys.stderr)
                 return 1
             rows[name].extend(dict(r, boot=b) for r in got)
@@ -145,11 +144,10 @@ def main(argv=None) -> int:
     (out / "sync.md").write_text(md + "\n")
     print(md)
     path = results.write(record, Path(a.record_dir or out.parent), "bench-sync")
-    print(f"sync_bench: record {path}")
+    print(f"bench-sync: record {path}")
     return 0
 
 
-cli = entry.command(main, "sync_bench")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-sync"))

@@ -15,7 +15,6 @@ Ctrl-C included.  Results go to
 BUILD/results/fork/.
 """
 
-import argparse
 import json
 import shlex
 import statistics
@@ -34,7 +33,7 @@ GUEST_CPUS = 2
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
     started = time.time()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     native.add_arguments(ap)
     ap.add_argument("--kernel", default=str(arch_dir("lean")), help="VM only")
     ap.add_argument("--report", action="store_true",
@@ -52,10 +51,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.report:
         if not (Path(a.out) / "meta.json").exists():
-            print(f"fork_bench: no results in {a.out}", file=sys.stderr)
+            print(f"bench-fork: no results in {a.out}", file=sys.stderr)
             return 2
         return report(Path(a.out), Path(a.record_dir) if a.record_dir else None)
-    on_machine = native.decide(a, "fork_bench")
+    on_machine = native.decide(a, "bench-fork")
     if on_machine is None:
         return 2
 
@@ -64,18 +63,18 @@ def main(argv=None) -> int:
         if not sizes or min(sizes) < 1:
             raise ValueError
     except ValueError:
-        print(f"fork_bench: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'",
+        print(f"bench-fork: --sizes must be MiB numbers like 256,1024, not '{a.sizes}'",
               file=sys.stderr)
         return 2
     try:
         memory, have = vm.sizing(max(sizes) + GUEST_OWN_MB, on_machine=on_machine,
                                  memory=a.memory, slack_mb=256)
     except vm.VMError as e:
-        print(f"fork_bench: {e}", file=sys.stderr)
+        print(f"bench-fork: {e}", file=sys.stderr)
         return 2
     too_big = [s for s in sizes if s > have - GUEST_OWN_MB]
     if too_big:
-        print(f"fork_bench: sizes {too_big} MiB do not fit {vm.fit_place(on_machine, have)} "
+        print(f"bench-fork: sizes {too_big} MiB do not fit {vm.fit_place(on_machine, have)} "
               f"(it needs {GUEST_OWN_MB} MiB for itself): pass --sizes smaller"
               f"{'' if on_machine else ' or --memory larger'}", file=sys.stderr)
         return 2
@@ -84,11 +83,11 @@ def main(argv=None) -> int:
     except ValueError:
         threads = []
     if not threads or any(not 1 <= t <= 32 for t in threads):
-        print(f"fork_bench: --threads must be numbers from 1 to 32 like 1,2, not '{a.threads}'",
+        print(f"bench-fork: --threads must be numbers from 1 to 32 like 1,2, not '{a.threads}'",
               file=sys.stderr)
         return 2
     if a.repeat < 1:
-        print("fork_bench: --repeat must be at least 1", file=sys.stderr)
+        print("bench-fork: --repeat must be at least 1", file=sys.stderr)
         return 2
 
     bench = arch_dir("bench") / "forkbench"
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
             for t in [None] + (threads[:1] if thp else threads)]
     (out / "forkbench.jsonl").unlink(missing_ok=True)
     if on_machine:
-        print(f"fork_bench: on this machine ({native.machine()['kernel']}); sizes {sizes} MiB",
+        print(f"bench-fork: on this machine ({native.machine()['kernel']}); sizes {sizes} MiB",
               flush=True)
         if not run_native(runs, out / "forkbench.jsonl"):
             return 1
@@ -111,7 +110,7 @@ def main(argv=None) -> int:
                 for t, argv in runs]
         script = " && ".join(f"echo '# {c}' >&2 && {c} >> {out}/forkbench.jsonl"
                              for c in cmds)
-        print(f"fork_bench: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with "
+        print(f"bench-fork: booting {a.kernel} ({vm.kernel_release(Path(a.kernel))}) with "
               f"{memory}, {'KVM' if vm.kvm_usable() else 'TCG emulation'}; sizes {sizes} MiB",
               flush=True)
         try:
@@ -123,10 +122,10 @@ def main(argv=None) -> int:
                        (10 + 5 * a.repeat),
                        rwdirs=[out], log_path=out / "console.log")
         except vm.VMError as e:
-            print(f"fork_bench: {e}", file=sys.stderr)
+            print(f"bench-fork: {e}", file=sys.stderr)
             return 2
         if not r.ok:
-            print("fork_bench: " + r.describe(), file=sys.stderr)
+            print("bench-fork: " + r.describe(), file=sys.stderr)
             return 1
     kernel = results.kernel(None if on_machine else Path(a.kernel),
                             async_fork="1 (the default fork: forkbench without --async; "
@@ -151,7 +150,7 @@ def run_native(runs: list, jsonl: Path, root: Path = Path("/")) -> bool:
     plan.setting("/proc/sys/vm/async_fork", "1")
     plan.setting("/proc/sys/vm/async_fork_copy_threads",
                  *dict.fromkeys(str(t) for t, _ in runs))
-    settings.announce("fork_bench", plan)
+    settings.announce("bench-fork", plan)
     old = native.stop_on_signals()
     try:
         settings.write(settings.path("/sys/kernel/mm/transparent_hugepage/enabled"), "always")
@@ -163,7 +162,7 @@ def run_native(runs: list, jsonl: Path, root: Path = Path("/")) -> bool:
                 print(f"# vm.async_fork_copy_threads={t} {shlex.join(argv)}", file=sys.stderr,
                       flush=True)
                 if subprocess.run(argv, stdout=f, check=False).returncode:
-                    print(f"fork_bench: {argv[0]} failed", file=sys.stderr)
+                    print(f"bench-fork: {argv[0]} failed", file=sys.stderr)
                     return False
         return True
     finally:
@@ -172,9 +171,9 @@ def run_native(runs: list, jsonl: Path, root: Path = Path("/")) -> bool:
             errors = settings.restore()
             native.put_back_signals(old)
         for e in errors:
-            print(f"fork_bench: error: {e}", file=sys.stderr)
-        print(f"fork_bench: settings put back: {what}" if not errors else
-              "fork_bench: settings NOT all put back: see the errors above", flush=True)
+            print(f"bench-fork: error: {e}", file=sys.stderr)
+        print(f"bench-fork: settings put back: {what}" if not errors else
+              "bench-fork: settings NOT all put back: see the errors above", flush=True)
 
 
 def medians(rows: list, meta: dict) -> list:
@@ -239,7 +238,6 @@ def report(out: Path, record_dir: Path | None = None) -> int:
     return 0
 
 
-cli = entry.command(main, "fork_bench")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-fork"))

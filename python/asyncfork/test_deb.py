@@ -23,15 +23,14 @@ the skips.  Writes BUILD/results/test-deb-FLAVOUR-DATE.json whether
 it passed or not.
 """
 
-import argparse
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from asyncfork import package, paths, programs, results, skips, soak, vm
+from asyncfork import entry, fork_stress, package, paths, programs, results, skips, vm
 from asyncfork import suite as harness
-from asyncfork.paths import BUILD
+from asyncfork.paths import BUILD, RESULTS
 
 
 def default_flavour(arch: str) -> str:
@@ -72,10 +71,10 @@ def judge_boot(label: str, run: harness.SuiteRun, progs: list[harness.Program],
                config: str) -> dict:
     """The record of one boot: each program judged as make soak judges it
     (skips allowed only as asyncfork.skips says for @config), skips counted."""
-    runs = soak.fork_stress_runs(run, progs)
-    problems = soak.judge(run, progs, runs, config)
+    runs = fork_stress.runs(run, progs)
+    problems = fork_stress.judge(run, progs, runs, config)
     reports = run.vm.reports or []
-    soak.print_judgement(f"test-deb: {label}: ", run, progs, problems, config)
+    fork_stress.print_judgement(f"test-deb: {label}: ", run, progs, problems, config)
     if reports:
         print(f"test-deb: {label}: kernel reports in the console log:\n" + "\n\n".join(reports))
     skipped = skips.program_skips(run, [p.name for p in progs], config)
@@ -100,7 +99,7 @@ def judge_boot(label: str, run: harness.SuiteRun, progs: list[harness.Program],
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--flavour", default=default_flavour(paths.ARCH),
                     help="as for make deb (default cloud-amd64, or cloud-arm64 with ARCH=arm64)")
     ap.add_argument("--build", default=str(BUILD),
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpus", type=int, default=3)
     ap.add_argument("--stress-seconds", type=int, default=60,
                     help="fork_stress run time in each boot (default 60)")
-    ap.add_argument("--record-dir", default=str(soak.RECORD_DIR))
+    ap.add_argument("--record-dir", default=str(RESULTS))
     a = ap.parse_args(argv)
     build = Path(a.build)
     deb = package.find_package(build / "debs" / a.flavour)
@@ -141,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         **results.metadata("test-deb", kernels=[results.kernel(
             image=image, label=a.flavour, async_fork="set by each program")],
-            machine_info=soak.machine(a.cpus, a.memory, 2, "zram", tcg_single=single), argv=argv, args=vars(a),
+            machine_info=results.machine(a.cpus, a.memory, 2, "zram", tcg_single=single),
+            argv=argv, args=vars(a),
             started=start),
         "package": deb.name,
         "package_version": version,
@@ -151,11 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         "passed": all(b["passed"] for b in boots.values()),
         "boots": boots,
     }
-    path = soak.write_record(record, Path(a.record_dir), a.flavour, kind="test-deb")
+    path = results.write(record, Path(a.record_dir), f"test-deb-{a.flavour}")
     print(f"test-deb: {'passed' if record['passed'] else 'FAILED'} in "
           f"{(finished - start) / 60:.1f} min; record {path}")
     return 0 if record["passed"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry.run(main, "test-deb"))

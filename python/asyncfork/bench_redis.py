@@ -3,7 +3,7 @@
 sizes, SET ratios, client counts and copy threads, in one boot of the lean
 kernel or, when asked, natively on a machine whose kernel has Async-fork.
 
-Each configuration runs asyncfork.redis_snapshot (a fresh server, its
+Each configuration runs asyncfork.snapshot (a fresh server, its
 dataset, an open-loop load, BGSAVE with the default fork and with
 Async-fork), then each RDB is checked exactly (by the host, after a VM run)
 and the benchmark reports, per configuration: fork() time both ways, the
@@ -16,13 +16,12 @@ Files: BUILD/results/SERVER-bench/ (meta.json, a folder per configuration,
 *.png); the record: BUILD/results/bench-redis-SERVER-DATE.json.
 """
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-from asyncfork import attribution, demo, entry, native, plots, redis_snapshot, results, vm
+from asyncfork import attribution, demo, entry, native, plots, results, snapshot, vm
 from asyncfork.paths import RESULTS
 
 
@@ -32,14 +31,14 @@ def numbers(text: str, kind, what: str) -> list:
     except ValueError:
         vals = []
     if not vals:
-        print(f"redis_bench: {what} must be a comma-separated list of numbers, not '{text}'",
+        print(f"bench-redis: {what} must be a comma-separated list of numbers, not '{text}'",
               file=sys.stderr)
         sys.exit(2)
     return vals
 
 
 def configurations(a) -> list:
-    """(name, asyncfork.redis_snapshot arguments, dataset MiB): the size sweep at
+    """(name, asyncfork.snapshot arguments, dataset MiB): the size sweep at
     the reference load, then the other parameters one at a time at the
     smallest size (copy threads at the largest, Async-fork only).  With
     --grid: every size with every client count of --clients, nothing else
@@ -65,7 +64,7 @@ def configurations(a) -> list:
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
     started = time.time()
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     demo.server_arguments(ap)
     ap.add_argument("--memory", help="guest memory (default: from the largest dataset; "
                     "VM only)")
@@ -88,16 +87,16 @@ def main(argv=None) -> int:
     a.out = a.out or str(RESULTS / f"{a.server}-bench")
     if a.report:
         if not (Path(a.out) / "meta.json").exists():
-            print(f"redis_bench: no results in {a.out}", file=sys.stderr)
+            print(f"bench-redis: no results in {a.out}", file=sys.stderr)
             return 2
         return 0 if report(Path(a.out), Path(a.record_dir) if a.record_dir else None) else 1
-    on_machine = native.decide(a, "redis_bench")
+    on_machine = native.decide(a, "bench-redis")
     if on_machine is None:
         return 2
     if a.attribute:
         why = demo.attribute_unavailable(on_machine, Path(a.kernel))
         if why:
-            print(f"redis_bench: --attribute: {why}; nothing was run", file=sys.stderr)
+            print(f"bench-redis: --attribute: {why}; nothing was run", file=sys.stderr)
             return 2
     a.sizes = sorted(numbers(a.sizes, int, "--sizes"))
     a.set_ratios = numbers(a.set_ratios, float, "--set-ratios")
@@ -105,10 +104,10 @@ def main(argv=None) -> int:
     a.threads = numbers(a.threads, int, "--threads")
     if (a.sizes[0] < 16 or a.rate < 1 or any(not 0 <= x <= 1 for x in a.set_ratios) or
             any(c < 1 for c in a.clients) or any(not 1 <= t <= 32 for t in a.threads)):
-        print("redis_bench: sizes at least 16 MiB, --rate and client counts at least 1, "
+        print("bench-redis: sizes at least 16 MiB, --rate and client counts at least 1, "
               "SET ratios in [0, 1], copy threads from 1 to 32", file=sys.stderr)
         return 2
-    memory = demo.dataset_memory("redis_bench", a.sizes[-1], on_machine, a.memory, "--sizes")
+    memory = demo.dataset_memory("bench-redis", a.sizes[-1], on_machine, a.memory, "--sizes")
     if memory is None:
         return 2
 
@@ -140,28 +139,28 @@ def main(argv=None) -> int:
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     record_dir = Path(a.record_dir or out.parent)
     if on_machine:
-        print(f"redis_bench: {len(cfgs)} configurations on this machine "
+        print(f"bench-redis: {len(cfgs)} configurations on this machine "
               f"({meta['kernel']}), {a.server}-server", flush=True)
         run_native(runs)
         return 0 if report(out, record_dir, time.time() - started) else 1
-    print(f"redis_bench: {len(cfgs)} configurations in one boot of {a.kernel} "
+    print(f"bench-redis: {len(cfgs)} configurations in one boot of {a.kernel} "
           f"({vm.kernel_release(Path(a.kernel))}), {memory}, "
           f"{'KVM' if vm.kvm_usable() else 'TCG emulation'}, {a.server}-server", flush=True)
     # One configuration failing (its RDB wrong, say) must not hide the others.
     script = "; ".join(
-        f"echo 'guest: == {name}' && " + redis_snapshot.guest_command(d, args)
+        f"echo 'guest: == {name}' && " + snapshot.guest_command(d, args)
         for name, d, args in runs)
     try:
         r = vm.run(a.kernel, script, memory=memory, cpus=demo.GUEST_CPUS,
                    timeout=budget, rwdirs=[out], log_path=out / "console.log",
                    echo="guest:")
     except vm.VMError as e:
-        print(f"redis_bench: {e}", file=sys.stderr)
+        print(f"bench-redis: {e}", file=sys.stderr)
         return 2
 
     ok = report(out, record_dir, time.time() - started)
     if not r.ok:
-        print("redis_bench: " + r.describe(), file=sys.stderr)
+        print("bench-redis: " + r.describe(), file=sys.stderr)
     return 0 if ok and r.ok else 1
 
 
@@ -171,7 +170,7 @@ def run_native(runs: list) -> None:
     setting it changed put back when it ends (Ctrl-C stops them all)."""
     for name, d, args in runs:
         print(f"native: == {name}", flush=True)
-        redis_snapshot.run_here(d, args)
+        snapshot.run_here(d, args)
 
 
 def report(out: Path, record_dir: Path | None = None, seconds: float | None = None) -> bool:
@@ -185,13 +184,13 @@ def report(out: Path, record_dir: Path | None = None, seconds: float | None = No
         d = out / name
         if not (d / "result.json").exists():
             see = "" if meta["where"] == "native" else f" (see {out / 'console.log'})"
-            print(f"redis_bench: {name}: no result{see}", file=sys.stderr)
+            print(f"bench-redis: {name}: no result{see}", file=sys.stderr)
             ok = False
             continue
         result = json.loads((d / "result.json").read_text())
         if any("rdb" not in m for m in result["modes"].values()):
-            print(f"redis_bench: {name}: checking its RDB files on the host", flush=True)
-            redis_snapshot.check_on_host(d)
+            print(f"bench-redis: {name}: checking its RDB files on the host", flush=True)
+            snapshot.check_on_host(d)
             result = json.loads((d / "result.json").read_text())
         args = result["args"]
         config = {"name": name, "dataset_mb": args["dataset_mb"], "set_ratio": args["set_ratio"],
@@ -281,7 +280,6 @@ def print_tables(rows: list, rate: int) -> None:
         print(line)
 
 
-cli = entry.command(main, "redis_bench")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-redis"))

@@ -20,7 +20,6 @@ Writes JSON (every value, the machine it ran on and the run's metadata)
 and a markdown table.
 """
 
-import argparse
 import random
 import statistics
 import sys
@@ -168,26 +167,26 @@ def markdown(record: dict) -> str:
 
 def main(argv=None) -> int:
     argv_ = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = entry.parser(__doc__)
     ap.add_argument("--boots", type=int, default=3, help="boots of each kernel (default 3)")
     ap.add_argument("--runs", type=int, default=5, help="runs of each test per boot (default 5)")
     ap.add_argument("--out", default=str(RESULTS / "offcost"), help="the run's files")
     results.add_record_dir(ap)
     a = ap.parse_args(argv)
     if a.boots < 1 or a.runs < 1:
-        print("offcost: --boots and --runs must be at least 1", file=sys.stderr)
+        print("bench-offcost: --boots and --runs must be at least 1", file=sys.stderr)
         return 2
     kernels = [(name, BUILD / path) for name, path in KERNELS]
     for name, path in kernels:
         try:
             vm.find_image(path)
         except vm.VMError as e:
-            print(f"offcost: kernel '{name}': {e} (make bench-offcost builds all three)",
+            print(f"bench-offcost: kernel '{name}': {e} (make bench-offcost builds all three)",
                   file=sys.stderr)
             return 2
     bench = BUILD / "bench/offcost"
     if not bench.exists():
-        print(f"offcost: no {bench}: run make bench-programs", file=sys.stderr)
+        print(f"bench-offcost: no {bench}: run make bench-programs", file=sys.stderr)
         return 2
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -199,11 +198,11 @@ def main(argv=None) -> int:
     for b in range(a.boots):
         for name, path in kernels[b % len(kernels):] + kernels[:b % len(kernels)]:
             releases[name] = vm.kernel_release(path)
-            print(f"offcost: boot {b + 1}/{a.boots}: {name} ({releases[name]})", flush=True)
+            print(f"bench-offcost: boot {b + 1}/{a.boots}: {name} ({releases[name]})", flush=True)
             r = vm.run(path, GUEST.format(bench=bench, runs=a.runs), memory=MEMORY, cpus=CPUS,
                        timeout=900 + 300 * a.runs, log_path=out / f"console-{b}-{len(values[name])}.log")
             if not r.ok:
-                print(f"offcost: {name}: " + r.describe(), file=sys.stderr)
+                print(f"bench-offcost: {name}: " + r.describe(), file=sys.stderr)
                 return 1
             for line in r.console.splitlines():
                 f = line.split()
@@ -221,11 +220,10 @@ def main(argv=None) -> int:
     print(md)
     png = plots.offcost(out / "offcost.png", record)
     path = results.write(record, Path(a.record_dir or out.parent), "bench-offcost")
-    print(f"offcost: record {path}" + (f", plot {png}" if png else ""))
+    print(f"bench-offcost: record {path}" + (f", plot {png}" if png else ""))
     return 0
 
 
-cli = entry.command(main, "offcost")
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(entry.run(main, "bench-offcost"))

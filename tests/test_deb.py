@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: GPL-2.0
-"""make test-deb's plan (asyncfork.deb_suite), without booting anything."""
+"""make test-deb's plan (asyncfork.test_deb), without booting anything."""
 
 import shlex
 import subprocess
 
 import pytest
 
-from asyncfork import deb_suite, package
+from asyncfork import fork_stress, package, test_deb
 
 
 def test_find_package_wants_make_deb_first(tmp_path):
@@ -25,9 +25,9 @@ def test_find_package_skips_dbg_and_refuses_two(tmp_path):
 
 
 def test_walkers_boot_wraps_every_program_in_ksm_merge():
-    progs = deb_suite.walker_programs(30)
+    progs = test_deb.walker_programs(30)
     assert progs[0].name == "walkers_on" and progs[-1].name == "walkers_check"
-    shipped = deb_suite.shipped_programs(30)
+    shipped = test_deb.shipped_programs(30)
     assert [p.name for p in progs[1:-1]] == [p.name for p in shipped]
     for p, orig in zip(progs[1:-1], shipped):
         words = shlex.split(p.command)
@@ -36,22 +36,21 @@ def test_walkers_boot_wraps_every_program_in_ksm_merge():
 
 
 def test_shipped_programs_cover_both_modes():
-    names = [p.name for p in deb_suite.shipped_programs(30)]
+    names = [p.name for p in test_deb.shipped_programs(30)]
     assert names == ["fork_snapshot", "fork_snapshot_async", "async_fork",
                      "fork_stress", "redis_digest"]
-    cmds = {p.name: p.command for p in deb_suite.shipped_programs(30)}
+    cmds = {p.name: p.command for p in test_deb.shipped_programs(30)}
     assert "vm.async_fork=0" in cmds["fork_snapshot"]
     assert "vm.async_fork=2" in cmds["fork_snapshot_async"]
     assert "-t 30" in cmds["fork_stress"]
 
 
 def test_wrapped_commands_are_judged_as_the_program_they_run():
-    from asyncfork import soak
-    for p in deb_suite.walker_programs(30):
+    for p in test_deb.walker_programs(30):
         if p.name == "fork_stress":
-            assert soak.is_fork_stress(p) and soak.expects_async(p)
+            assert fork_stress.is_program(p) and fork_stress.expects_async(p)
         elif p.name.startswith("walkers"):
-            assert not soak.is_fork_stress(p)
+            assert not fork_stress.is_program(p)
 
 
 WALKERS = package.GUEST / "walkers.sh"
@@ -99,10 +98,10 @@ def test_walkers_check_wants_damon_to_try_and_page_out(tmp_path):
 
 
 def test_each_architecture_its_flavour_and_tcg_threads():
-    assert deb_suite.default_flavour("x86") == "cloud-amd64"
-    assert deb_suite.default_flavour("arm64") == "cloud-arm64"
+    assert test_deb.default_flavour("x86") == "cloud-amd64"
+    assert test_deb.default_flavour("arm64") == "cloud-arm64"
     # The int3 oops under multi-threaded TCG is x86's: one thread there only.
-    assert deb_suite.tcg_single("x86") and not deb_suite.tcg_single("arm64")
+    assert test_deb.tcg_single("x86") and not test_deb.tcg_single("arm64")
 
 
 def test_modules_linked_into_a_foreign_root(tmp_path):
