@@ -29,7 +29,7 @@
 #   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours; ARCH=arm64 too)
 #   make check-kernel   the series as the kernel's build bots check one, against unpatched 6.12: W=1 and
 #                       sparse on the objects it changes, kernel-doc -Wall, htmldocs of its Documentation
-#                       folders, tinyconfig kernels with CONFIG_ASYNC_FORK unset and set (x86; JOBS=, CHECKS=)
+#                       folders, tinyconfig kernels with CONFIG_ASYNC_FORK unset and set (x86; ~40 min; JOBS=, CHECKS=)
 #   make kernel-git     a kernel git tree to edit the series in ($(KGIT)): the tarball, then git am
 #   make export-series  that tree back into kernel/patches, with cover letters, base-commit, recipients
 #   make vm CMD='...'   boot the $(KERNEL) kernel (default debug) and run one command in it
