@@ -158,6 +158,21 @@ files "${series[@]}" > "$touched"
 
 say() { echo "check-kernel: $*"; }
 
+# The unpatched tree's results do not change until it is unpacked again:
+# unchanged WHAT... (the inputs of a result) is true when the last run of
+# check NAME on the unpatched tree had the same; done NAME... records it.
+pristine_sum() { { stat -c %Y "$build/pristine.done"; printf '%s\n' "$@"; } | sha256sum; }
+unchanged() {
+	local name=$1
+	shift
+	[ "$(cat "$work/$name-pristine.sum" 2>/dev/null)" = "$(pristine_sum "$@")" ]
+}
+done_pristine() {
+	local name=$1
+	shift
+	pristine_sum "$@" > "$work/$name-pristine.sum"
+}
+
 # The folder of tree "pristine" (unpatched) or "linux" (the series').
 tree_dir() {
 	case "$1" in
@@ -277,8 +292,13 @@ check_docs() {
 	dirs=${dirs% }
 	[ -n "$dirs" ] || { say "docs: the series touches no Documentation folder"; return 0; }
 	for tree in pristine linux; do
+		if [ "$tree" = pristine ] && unchanged docs "$dirs" "$(sphinx-build --version)"; then
+			say "docs: the pristine tree's warnings as in the last run"
+			continue
+		fi
 		say "docs: make SPHINXDIRS=\"$dirs\" htmldocs, $tree tree"
 		dir=$(tree_dir "$tree")
+		[ "$tree" = linux ] || rm -f "$work/docs-pristine.sum"
 		rm -rf "$work/docs-$tree/Documentation/output"
 		# Sphinx fails only on its own errors; the warnings are what counts.
 		# Without make's jobserver (-j1) Sphinx takes every CPU unless
@@ -286,6 +306,7 @@ check_docs() {
 		PARALLELISM=$jobs make -C "$dir" O="$work/docs-$tree" -j"$jobs" SPHINXDIRS="$dirs" htmldocs \
 			> "$work/docs-$tree.raw" 2>&1 || die "docs: the $tree tree's build failed: $work/docs-$tree.raw"
 		relative "$dir" "$work/docs-$tree" < "$work/docs-$tree.raw" > "$work/docs-$tree.out"
+		[ "$tree" = linux ] || done_pristine docs "$dirs" "$(sphinx-build --version)"
 	done
 	new_warnings "$work/docs-pristine.out" "$work/docs-linux.out" > "$work/docs.all"
 	: > "$work/docs.partial"
@@ -333,7 +354,7 @@ CONFIG_TEST_HMM=m"
 # w1-build TREE: the series' objects of TREE (those it has) with W=1 into
 # w1-TREE, then (C=2) sparse on them: w1-TREE.out and sparse-TREE.out.
 w1_build() {
-	local tree=$1 out=$work/w1-$1 objs=() o dir
+	local tree=$1 out=$work/w1-$1 objs=() o dir tools
 	dir=$(tree_dir "$tree")
 	printf '%s\n' "$W1_CONFIG" > "$work/w1.config"
 	config "$dir" "$out" "$work/w1.config" defconfig
@@ -341,6 +362,14 @@ w1_build() {
 		[ -f "$dir/${o%.o}.c" ] && objs+=("$o")
 	done < "$work/objects"
 	[ ${#objs[@]} -gt 0 ] || die "w1: none of the objects is in the $tree tree"
+	if [ "$tree" = pristine ]; then
+		tools="$(gcc --version | head -n 1) $(sparse --version)"
+		if unchanged w1 "$tools" "$W1_CONFIG" "${objs[@]}"; then
+			say "w1, sparse: the pristine tree's warnings as in the last run"
+			return 0
+		fi
+		rm -f "$work/w1-pristine.sum"
+	fi
 	say "w1: make W=1 prepare, $tree tree"
 	make -C "$dir" O="$out" CC="$cc" -j"$jobs" W=1 prepare > "$out/prepare.log" 2>&1 ||
 		die "w1: make prepare failed in the $tree tree: $out/prepare.log"
@@ -356,6 +385,7 @@ w1_build() {
 	for o in "${objs[@]}"; do
 		[ -f "$out/$o" ] || echo "$o: error: not built (see $work/w1-$tree.raw)" >> "$work/w1-$tree.out"
 	done
+	[ "$tree" = linux ] || done_pristine w1 "$tools" "$W1_CONFIG" "${objs[@]}"
 }
 
 check_w1() {
