@@ -27,7 +27,9 @@
 #
 # Writes BUILD_DIR/check-kernel/: check-kernel.log (this output), NAME.log
 # (what each check ran and printed), NAME.new (its new warnings), and the
-# build folders (kept: a second run rebuilds only what changed).
+# build folders (kept: a second run rebuilds only what changed, and takes
+# the unpatched tree's warnings from the last run while that tree, the
+# tools and what they check are the same).
 # Environment: JOBS (make -j, default: the number of CPUs), CHECKS (a
 # subset of "kdoc docs w1 sparse tiny", the default all of them),
 # ASYNC_FORK_PATCHES (the series' folder, default kernel/patches: the one
