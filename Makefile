@@ -27,6 +27,9 @@
 #   make report         docs/results.md and docs/results/plots/ from the records in docs/results/*.json alone
 #   make baseline       run the upstream mm selftests and rewrite their baseline
 #   make check-series   build and boot every prefix of the series, CONFIG_ASYNC_FORK=y and =n (hours; ARCH=arm64 too)
+#   make check-kernel   the series as the kernel's build bots check one, against unpatched 6.12: W=1 and
+#                       sparse on the objects it changes, kernel-doc -Wall, htmldocs of its Documentation
+#                       folders, tinyconfig kernels with CONFIG_ASYNC_FORK unset and set (x86; ~40 min; JOBS=, CHECKS=)
 #   make kernel-git     a kernel git tree to edit the series in ($(KGIT)): the tarball, then git am
 #   make export-series  that tree back into kernel/patches, with cover letters, base-commit, recipients
 #   make vm CMD='...'   boot the $(KERNEL) kernel (default debug) and run one command in it
@@ -113,7 +116,7 @@ PROFILES := $(shell awk '{ sub(/\#.*/, "") } NF { print $$1 }' kernel/configs/pr
 KERNEL_TARGETS := $(addprefix kernel-,$(PROFILES))
 
 .PHONY: all setup arm64-root source base check $(KERNEL_TARGETS) selftests upstream-selftests \
-	test soak mutate report baseline check-series kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
+	test soak mutate report baseline check-series check-kernel kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
@@ -216,6 +219,11 @@ baseline: $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests
 check-series: $(if $(ARM64),arm64-root)
 	@scripts/check-series.sh $(KERNEL_TARBALL) $(BUILD)
 
+# The checks of scripts/check-kernel.sh (its --help); its logs go to $(BUILD)/check-kernel/
+check-kernel: source
+	@$(X86_ONLY)
+	@scripts/check-kernel.sh $(BUILD)
+
 kernel-git:
 	@scripts/kernel-git.sh $(KERNEL_TARBALL) $(KGIT)
 
@@ -255,7 +263,7 @@ vm: $(if $(ARM64),arm64-root) kernel-$(KERNEL)
 # and $(KGIT), a tree one edits; make distclean removes them too.
 ARCH_BUILDS := $(PROFILES) selftests upstream-mm headers bench
 CLEAN_DIRS := $(ARCH_BUILDS) $(addprefix arm64-,$(ARCH_BUILDS)) \
-	results series-check unpatched debs tools-deb test-deb vm
+	results series-check check-kernel unpatched debs tools-deb test-deb vm
 clean:
 	rm -rf $(addprefix $(BUILD)/,$(CLEAN_DIRS)) $(BUILD)/deb-*
 

@@ -29,7 +29,8 @@ cd "$top"
 # async-fork-tools (dpkg-buildpackage, dh), openssl for the module
 # signing key, groff for the man page of async-fork-tools, lintian
 # that checks that package, and the linter of the packaging scripts;
-# libseccomp-dev and libcap-ng-dev for 'make virtiofsd' (make test-deb).
+# libseccomp-dev and libcap-ng-dev for 'make virtiofsd' (make test-deb);
+# sparse and Sphinx for make check-kernel (sparse, htmldocs).
 apt_packages=(
 	linux-source-6.12 build-essential bc bison flex libelf-dev libssl-dev
 	cpio kmod rsync xz-utils ccache pahole python3-venv
@@ -38,6 +39,7 @@ apt_packages=(
 	redis-server redis-tools libhiredis-dev
 	libnuma-dev libcap-dev liburing-dev
 	stress-ng libseccomp-dev libcap-ng-dev
+	sparse python3-sphinx
 )
 
 step() { printf '\n==> %s\n' "$*"; }
