@@ -76,6 +76,9 @@ def test_verdicts():
     assert mutate.verdict(result(output=line), []) == ("missed", 3)
     assert mutate.verdict(result(output=line, rc=1), ["row00 exited 1"]) == ("caught", 3)
     assert mutate.verdict(result(output="# mutate: fault hits 0\n"), []) == ("not reached", 0)
+    # A failure where the hook was never skipped says nothing about the hook.
+    assert mutate.verdict(result(output="# mutate: fault hits 0\n", rc=1),
+                          ["row00 exited 1"]) == ("failed, not reached", 0)
     assert mutate.verdict(result(ran=False), ["did not run"]) == ("caught", None)
     assert mutate.verdict(None, []) == ("no test", None)
 

@@ -15,6 +15,10 @@ the hook back on.  Verdicts:
   missed       the hook was skipped and everything passed: a test gap;
   not reached  the hook was never skipped: the test does not exercise it
                (or the caller's name is wrong);
+  failed, not reached
+               the test failed although the hook was never skipped: a
+               failure that says nothing about the hook (UFFDIO_MOVE's
+               row, 2026-11-28);
   no test      a row without a test in the guest (ROWS says why).
 
 The record (kind "mutate") lists row, hook, test, verdict and hits.
@@ -139,6 +143,9 @@ def verdict(res: harness.ProgramResult | None, problems: list[str]) -> tuple[str
     if not res.ran:
         return "caught", None  # the guest died in this row
     n = hits(res.output)
+    if problems and n == 0:
+        # It failed, but not for the hook, which it never reached.
+        return "failed, not reached", n
     if problems:
         return "caught", n
     return ("missed" if n else "not reached"), n
