@@ -59,7 +59,7 @@
 
 # The kernel base: 6.12 (Debian's linux-source-6.12, the packaged line) or
 # 7.3 (Linux 7.3.4 from Debian's signed archive, kernel/bases/7.3: make
-# base BASE=7.3 fetches and checks it; its series is not ported yet).
+# base BASE=7.3 fetches and checks it; its series, compiled but not booted, is in kernel/ports/7.3 and no target uses it yet).
 BASE           ?= 6.12
 BASES          := 6.12 7.3
 ifeq ($(filter $(BASE),$(BASES)),)
@@ -138,7 +138,7 @@ arm64-root:
 # target that needs the tree refuses it with this message.
 source:
 ifneq ($(BASE),6.12)
-	@echo "make $@: BASE=$(BASE): the series is not ported to $(BASE) yet; 'make base BASE=$(BASE)' fetches and checks the base alone" >&2; exit 2
+	@echo "make $@: BASE=$(BASE): no target builds the series on $(BASE) yet (a compile-only port: kernel/ports/$(BASE)); 'make base BASE=$(BASE)' fetches and checks the base alone" >&2; exit 2
 endif
 	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
 
