@@ -34,7 +34,7 @@ def test_every_row_names_a_hook_the_kernel_knows():
 
 def test_every_test_case_exists():
     selftests = patch_text("*-selftests-mm-Async-fork-exact-snapshots-on-every-pat.patch")
-    snapshot_cases = set(re.findall(r"PARENT_OP_TEST\((\w+)\)", selftests))
+    snapshot_cases = set(re.findall(r"PARENT_OP_TEST\((\w+), SYNC_\w+\)", selftests))
     snapshot_cases = {f"parent_{c}" for c in snapshot_cases}
     snapshot_cases |= set(re.findall(r"TEST_F_TIMEOUT\(snapshot, (\w+),", selftests))
     af_cases = set(re.findall(r"TEST_F_TIMEOUT\(af, (\w+),", selftests))

@@ -1296,14 +1296,14 @@ static void enter_memcg(void)
 	/* Without swap, the limit would only mean OOM kills. */
 	if (meminfo_kb("SwapTotal") <= 0)
 		ksft_exit_fail_msg("-g needs swap (the test suite puts it on zram0)\n");
-	write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+	af_write_file("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
 	if (mkdir(CGROUP, 0755) && errno != EEXIST)
 		ksft_exit_fail_perror("mkdir " CGROUP);
 	snprintf(buf, sizeof(buf), "%dM", opt.memcg_mib);
-	if (write_file(CGROUP "/memory.max", buf))
+	if (af_write_file(CGROUP "/memory.max", buf))
 		ksft_exit_fail_msg("cannot limit " CGROUP " to %s\n", buf);
 	snprintf(buf, sizeof(buf), "%d", getpid());
-	if (write_file(CGROUP "/cgroup.procs", buf))
+	if (af_write_file(CGROUP "/cgroup.procs", buf))
 		ksft_exit_fail_msg("cannot move into " CGROUP "\n");
 }
 
@@ -1312,7 +1312,7 @@ static void leave_memcg(void)
 	char buf[32];
 
 	snprintf(buf, sizeof(buf), "%d", getpid());
-	write_file("/sys/fs/cgroup/cgroup.procs", buf);
+	af_write_file("/sys/fs/cgroup/cgroup.procs", buf);
 	rmdir(CGROUP);
 }
 
