@@ -8,6 +8,8 @@
 #   make arm64-root     arm64: cross compiler, QEMU, an arm64 root filesystem in $(BUILD)/arm64-root
 #   make source         unpack the kernel source and apply the series into $(BUILD)/linux
 #   make base           fetch and check the kernel base BASE= names (7.3: Linux 7.3.4, kernel/bases/7.3)
+#                       BASE=7.3: make source, kernel-NAME, selftests, upstream-selftests, vm on
+#                       the port (kernel/ports/7.3) in $(BUILD)/base-7.3; other targets refuse it
 #   (make kernel-NAME   build the guest kernel of profile NAME into $(BUILD)/NAME, its log
 #                       build.log there: the profiles follow this list)
 #   make selftests      build the project's kselftest programs against the prepared tree
@@ -58,15 +60,34 @@
 # commit one under docs/results/ and run make report to publish it.
 
 # The kernel base: 6.12 (Debian's linux-source-6.12, the packaged line) or
-# 7.3 (Linux 7.3.4 from Debian's signed archive, kernel/bases/7.3: make
-# base BASE=7.3 fetches and checks it; its series, compiled but not booted, is in kernel/ports/7.3 and no target uses it yet).
+# 7.3 (Linux 7.3.4 from Debian's signed archive, kernel/bases/7.3; its
+# series is kernel/ports/7.3).  Each base builds in a folder of its own:
+# 6.12 in BUILD, 7.3 in BUILD/base-7.3 (source, kernels, selftests,
+# results); the fetched bases stay in BUILD/bases.
 BASE           ?= 6.12
 BASES          := 6.12 7.3
 ifeq ($(filter $(BASE),$(BASES)),)
 $(error BASE=$(BASE) is not a kernel base of this project ($(BASES)))
 endif
-KERNEL_TARBALL ?= $(if $(filter 6.12,$(BASE)),/usr/src/linux-source-6.12.tar.xz,$(BUILD)/bases/linux-$(BASE).tar.xz)
 BUILD          ?= build
+BUILD_ROOT     := $(BUILD)
+OTHER_BASE     := $(filter-out 6.12,$(BASE))
+override BUILD := $(BUILD_ROOT)$(if $(OTHER_BASE),/base-$(BASE))
+KERNEL_TARBALL ?= $(if $(OTHER_BASE),$(BUILD_ROOT)/bases/linux-$(BASE).tar.xz,/usr/src/linux-source-6.12.tar.xz)
+# The series and the harness's own kernel patch for that base.
+PATCHES        := $(CURDIR)/kernel/$(if $(OTHER_BASE),ports/$(BASE),patches)
+HARNESS        := $(CURDIR)/kernel/$(if $(OTHER_BASE),ports/$(BASE)/,)harness
+# What that base lacks of kernel/configs (scripts/build-kernel.sh).
+export ASYNC_FORK_BASE_CONFIG := $(if $(OTHER_BASE),$(CURDIR)/kernel/ports/$(BASE)/base.config)
+# On another base, only the tree, the kernels, the selftests and make vm
+# so far: the other targets refuse it before building anything.
+BASE_612_TARGETS := test soak mutate baseline check-series check-kernel kernel-git export-series \
+	deb deb-config test-deb demo bench bench-fork bench-redis bench-sync bench-offcost
+ifneq ($(OTHER_BASE),)
+ifneq ($(filter $(BASE_612_TARGETS),$(MAKECMDGOALS)),)
+$(error make $(filter $(BASE_612_TARGETS),$(MAKECMDGOALS)): 6.12 only so far, not with BASE=$(BASE) (it has make source, base, kernel-PROFILE, selftests, upstream-selftests and vm))
+endif
+endif
 KGIT           ?= $(BUILD)/kgit
 PYTHON         := .venv/bin/python
 # The harness (python/asyncfork) of this checkout, installed or not, and
@@ -134,16 +155,12 @@ setup:
 arm64-root:
 	@scripts/setup-arm64.sh $(BUILD)
 
-# Only 6.12 has a series so far: any other base is refused here, so every
-# target that needs the tree refuses it with this message.
-source:
-ifneq ($(BASE),6.12)
-	@echo "make $@: BASE=$(BASE): no target builds the series on $(BASE) yet (a compile-only port: kernel/ports/$(BASE)); 'make base BASE=$(BASE)' fetches and checks the base alone" >&2; exit 2
-endif
-	@scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
+# Another base is fetched and checked first (make base).
+source: $(if $(OTHER_BASE),base)
+	@ASYNC_FORK_PATCHES=$(PATCHES) ASYNC_FORK_HARNESS=$(HARNESS) scripts/prepare-source.sh $(KERNEL_TARBALL) $(BUILD)
 
 base:
-	@scripts/fetch-base.sh $(BASE) $(BUILD)
+	@scripts/fetch-base.sh $(BASE) $(BUILD_ROOT)
 
 $(KERNEL_TARGETS): kernel-%: source
 	@scripts/build-kernel.sh $* $(BUILD)

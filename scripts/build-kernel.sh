@@ -14,7 +14,8 @@
 # ARCH=arm64: cross-compiled with aarch64-linux-gnu-gcc
 # (scripts/setup-arm64.sh installs it), with kernel/configs/arm64.config
 # merged last, into BUILD_DIR/arm64-PROFILE (arch/arm64/boot/Image).
-# KSRC=/path/to/tree replaces BUILD_DIR/linux.
+# KSRC=/path/to/tree replaces BUILD_DIR/linux; ASYNC_FORK_BASE_CONFIG, a
+# fragment merged after the profile's (another kernel base's differences).
 set -euo pipefail
 
 die() { echo "build-kernel: $*" >&2; exit 1; }
@@ -34,6 +35,8 @@ configs=$top/kernel/configs
 list=$("$top/scripts/profiles.sh" fragments "$profile") ||
 	die "unknown kernel profile '$profile' (kernel/configs/profiles: $("$top/scripts/profiles.sh" names))"
 mapfile -t fragments <<< "$list"
+# Another base's differences (make BASE=7.3 exports it: kernel/ports/7.3/base.config).
+[ -z "${ASYNC_FORK_BASE_CONFIG:-}" ] || fragments+=("$ASYNC_FORK_BASE_CONFIG")
 [ -f "$src/Makefile" ] || die "$src is not prepared: run 'make source'"
 
 cross=() image=bzImage image_path=arch/x86/boot/bzImage cc=gcc

@@ -25,7 +25,7 @@ tarball=$1
 build=$2
 top=$(cd "$(dirname "$0")/.." && pwd)
 patches=${ASYNC_FORK_PATCHES:-$top/kernel/patches}
-harness=$top/kernel/harness
+harness=${ASYNC_FORK_HARNESS:-$top/kernel/harness}
 
 [ -r "$tarball" ] || die "kernel source $tarball not found: run 'make setup' (installs Debian's linux-source-6.12) or set KERNEL_TARBALL=/path/to/linux-source-6.12.tar.xz"
 [ -r "$patches/series" ] || die "no series file in $patches"

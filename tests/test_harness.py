@@ -116,6 +116,29 @@ def test_x86_only_targets(tmp_path):
     assert "x86-only-probe: x86 only so far" in err
 
 
+@pytest.mark.parametrize("target", ["test", "mutate", "check-series", "deb", "demo"])
+def test_6_12_only_targets_refuse_another_base(tmp_path, target):
+    # Refused when make reads the Makefile, before any prerequisite builds.
+    err = one_line_error(sh("make", "-n", target, "BASE=7.3", f"BUILD={tmp_path}"))
+    assert f"make {target}: 6.12 only so far, not with BASE=7.3" in err
+
+
+def test_another_base_builds_in_its_own_folder(tmp_path):
+    # The port's tree and kernels in BUILD/base-7.3, the fetched base in
+    # BUILD/bases, the port's patches, harness patch and config.
+    p = sh("make", "-n", "source", "kernel-debug", "BASE=7.3", f"BUILD={tmp_path}")
+    assert p.returncode == 0, p.stderr
+    assert f"fetch-base.sh 7.3 {tmp_path}\n" in p.stdout
+    assert (f"ASYNC_FORK_PATCHES={TOP}/kernel/ports/7.3 ASYNC_FORK_HARNESS={TOP}/kernel/ports/7.3/harness "
+            f"scripts/prepare-source.sh {tmp_path}/bases/linux-7.3.tar.xz {tmp_path}/base-7.3") in p.stdout
+    assert f"scripts/build-kernel.sh debug {tmp_path}/base-7.3" in p.stdout
+    for f in ("series", "base.config", "harness"):
+        assert (TOP / "kernel/ports/7.3" / f).exists(), f
+    # The default base is untouched.
+    p = sh("make", "-n", "kernel-debug", f"BUILD={tmp_path}")
+    assert f"scripts/build-kernel.sh debug {tmp_path}\n" in p.stdout, p.stdout
+
+
 def test_arm64_guest_args(tmp_path, monkeypatch):
     monkeypatch.setattr(paths.platform, "machine", lambda: "x86_64")
     assert vm.foreign("arm64") and not vm.foreign("x86")
