@@ -87,3 +87,39 @@ def test_program_turns_the_hook_back_on_and_keeps_the_exit_code():
     cmd = mutate.program(3, mutate.ROWS[0]).command
     assert cmd.startswith(f"echo fault@__handle_mm_fault > {mutate.MUTATE} && ")
     assert "rc=$?" in cmd and "echo none > " in cmd and cmd.endswith("exit $rc; }")
+
+
+def test_rows_after_an_oops_run_in_a_new_boot(tmp_path, monkeypatch):
+    # Boot 1: row 1 oopses the kernel and the guest stops there (stopped);
+    # rows 2 and 3 run in boot 2, on a sound kernel.
+    rows = [mutate.Row(f"row {i}", "fault", f"true {i}") for i in range(4)]
+    boots = []
+
+    class Run:
+        def __init__(self, progs, outdir, stop_after):
+            self.results = {}
+            for k, p in enumerate(progs):
+                ran = stop_after is None or k <= stop_after
+                out = "# mutate: fault hits 2\n"
+                self.results[p.name] = (result(ran=ran, rc=1 if k == stop_after else 0,
+                                               output=out) if ran else result(ran=False))
+            self.oops = stop_after
+
+        def problems(self, name):
+            r = self.results[name]
+            return [f"{name} exited 1"] if r.ran and r.rc else []
+
+    def fake_run_suite(kernel, progs, outdir, **kw):
+        assert kw.get("stop_on_oops") is True
+        outdir.mkdir(parents=True, exist_ok=True)
+        stop_after = 1 if not boots else None
+        if stop_after is not None:
+            (outdir / "stopped").write_text(progs[stop_after].name + "\n")
+        boots.append([p.name for p in progs])
+        return Run(progs, outdir, stop_after)
+
+    monkeypatch.setattr(mutate.harness, "run_suite", fake_run_suite)
+    table = mutate.run(tmp_path / "kernel", rows, tmp_path / "out")
+    assert boots == [["row00", "row01", "row02", "row03"], ["row02", "row03"]]
+    assert [(r["verdict"], r["boot"]) for r in table] == [
+        ("missed", 1), ("caught", 1), ("missed", 2), ("missed", 2)]

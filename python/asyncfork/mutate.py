@@ -10,8 +10,10 @@ the hook back on.  Verdicts:
 
   caught       the test failed, or the kernel reported a problem (a WARN
                that a zap below a mark fires counts: a run with a kernel
-               report fails), or the guest died in the row (then the
-               remaining rows run in a new boot);
+               report fails), or the guest died in the row; after a row
+               that died or oopsed the kernel (taint D: a task died in the
+               kernel, maybe holding locks), the remaining rows run in a
+               new boot;
   missed       the hook was skipped and everything passed: a test gap;
   not reached  the hook was never skipped: the test does not exercise it
                (or the caller's name is wrong);
@@ -71,14 +73,19 @@ ROWS = [
     Row("zap: mremap shrink", "vma_write@vms_gather_munmap_vmas",
         snapshot("parent_mremap_shrink")),
     Row("zap: exit (the parent's own context)", "drop_mm", af("parent_exit_copies_in_own_context")),
-    Row("zap: exit (exit_mmap, last reference elsewhere)", "exit_mmap",
-        af("parent_exit_copies_in_own_context")),
+    Row("zap: exit (exit_mmap, last reference elsewhere)", "exit_mmap", "",
+        "unreachable while its drop_mm row holds: the last thread of every parent "
+        "that exits or execs finishes its copies before exit_mmap(), which only "
+        "ends an OOM victim's links (its own row)"),
     Row("zap: OOM reaper", "pending@__oom_reap_task_mm", af("oom_reaper_gives_up_pending_copy")),
     Row("zap: process_mrelease() of a process that is no OOM victim", "oom_victim",
         af("mrelease_by_stranger_spares_child")),
     Row("OOM: a child that finished its copy is not killed", "fail_vma_enter",
         af("oom_spares_child_that_finished_copying")),
-    Row("change_protection(): mprotect", "sync@change_protection", snapshot("parent_mprotect")),
+    Row("change_protection(): mprotect", "sync@change_protection", "",
+        "no caller reaches it with a mark: mprotect finishes the VMA first (the next "
+        "row), NUMA hinting skips pending VMAs, uffd-wp ranges are never deferred; "
+        "it guards callers to come"),
     Row("mprotect (VMA)", "vma_write@mprotect_fixup", snapshot("parent_mprotect")),
     Row("MADV_FREE", "sync@madvise_free_single_vma", snapshot("parent_madv_free")),
     Row("GUP slow: /proc/pid/mem", "gup@__get_user_pages", snapshot("parent_proc_self_mem_write")),
@@ -160,9 +167,14 @@ def run(kernel: Path, rows: list[Row], outdir: Path) -> list[dict]:
         progs = [program(i, r) for i, r in todo]
         print(f"mutate: boot {boot}: {len(progs)} rows", flush=True)
         bootdir = outdir / f"boot{boot}"
-        res = harness.run_suite(kernel, progs, bootdir, memory="4G", numa_nodes=1)
+        res = harness.run_suite(kernel, progs, bootdir, memory="4G", numa_nodes=1,
+                                stop_on_oops=True)
         dead = next((k for k, p in enumerate(progs) if not res.results[p.name].ran), None)
-        if dead is not None and not (bootdir / f"{progs[dead].name}.out").exists():
+        stopped = bootdir / "stopped"
+        if dead is not None and stopped.exists():
+            # A row oopsed the kernel: the rows after it need a sound one.
+            dead = [p.name for p in progs].index(stopped.read_text().strip())
+        elif dead is not None and not (bootdir / f"{progs[dead].name}.out").exists():
             raise SystemExit(f"mutate: the guest stopped before {progs[dead].name} started "
                              f"(not a mutation's doing):\n{res.vm.describe()}")
         left = []

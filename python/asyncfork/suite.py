@@ -361,12 +361,16 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
               memory="4G", cpus=2, numa_nodes=2, boot_timeout=180,
               sysctls: dict[str, str] | None = None, swap: str = "zram",
               keep_thp: bool = False, root_fs: str = "9p",
-              tcg_single: bool = False, echo: Callable[[str], None] | None = printer("suite: "),
+              tcg_single: bool = False, stop_on_oops: bool = False,
+              echo: Callable[[str], None] | None = printer("suite: "),
               heartbeat: Callable[[Progress], str] | None = None,
               heartbeat_every: float = 0) -> SuiteRun:
     """Boot `kernel` once and run `programs` in it, in order, with swap on
     `swap` ("zram" or "loop": see tests/guest/run-suite.sh), and THP on
     madvise unless `keep_thp` (then as the kernel's config set it).
+
+    With `stop_on_oops`, the guest runs no program after one that left the
+    kernel oopsed (outdir/stopped names it).
 
     Each program's start and result (exit code, time) go to `echo` as they
     happen (None: quiet), and a line of `heartbeat` every `heartbeat_every`
@@ -381,6 +385,7 @@ def run_suite(kernel: Path, programs: list[Program], outdir: Path, *,
     lines += [f"{p.name} {p.timeout} {p.retries} {p.command}" for p in programs]
     suite.write_text("\n".join(lines) + "\n")
     cmd = (f"SWAP={shlex.quote(swap)} THP={'keep' if keep_thp else 'madvise'} "
+           f"{'STOP_ON_OOPS=1 ' if stop_on_oops else ''}"
            f"{TOP}/tests/guest/run-suite.sh {outdir} {suite}")
     # The guest is killed if the programs together overrun their timeouts.
     timeout = boot_timeout + sum((p.timeout + 30) * (1 + p.retries) for p in programs)

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: GPL-2.0
 # Runs inside the guest (started by asyncfork.suite through asyncfork.vm).
 #
-# Usage: [SWAP=zram|loop] [THP=keep] run-suite.sh OUTDIR SUITE
+# Usage: [SWAP=zram|loop] [THP=keep] [STOP_ON_OOPS=1] run-suite.sh OUTDIR SUITE
 #
 # SUITE has one test program a line: NAME TIMEOUT RETRIES COMMAND...  For
 # each one this writes OUTDIR/NAME.out (its KTAP output), OUTDIR/NAME.rc (its
@@ -12,8 +12,11 @@
 # each failed run is kept as NAME.out.failedN and the kernel log of every
 # run goes to NAME.dmesg.  A run still going at its timeout leaves the state,
 # wait channel and kernel stack of every task in NAME.hang before it is
-# killed, so that a hang can be told from a slow run.  The host judges the
-# results; nothing here decides pass or fail.
+# killed, so that a hang can be told from a slow run.  With STOP_ON_OOPS=1
+# (make mutate), a program after which the kernel is tainted by an oops
+# (taint D: a task died in the kernel, maybe holding locks) is the last:
+# OUTDIR/stopped says which; the programs after it would run on a broken
+# kernel.  The host judges the results; nothing here decides pass or fail.
 set -u
 out=$1
 suite=$2
@@ -129,5 +132,9 @@ while read -r name timeout retries cmd; do
 		mv "$out/$name.out" "$out/$name.out.failed$run"
 	done
 	echo "$rc" > "$out/$name.rc"
+	if [ "${STOP_ON_OOPS:-}" = 1 ] && [ $(($(cat /proc/sys/kernel/tainted) & 128)) -ne 0 ]; then
+		echo "$name" > "$out/stopped"
+		break
+	fi
 done < "$suite"
 echo complete > "$out/complete"
