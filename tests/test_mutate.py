@@ -123,3 +123,37 @@ def test_rows_after_an_oops_run_in_a_new_boot(tmp_path, monkeypatch):
     assert boots == [["row00", "row01", "row02", "row03"], ["row02", "row03"]]
     assert [(r["verdict"], r["boot"]) for r in table] == [
         ("missed", 1), ("caught", 1), ("missed", 2), ("missed", 2)]
+
+
+def test_a_stopped_row_that_never_reached_its_hook_runs_again_once(tmp_path, monkeypatch):
+    # Row 1 fails without reaching its hook and the kernel oopses meanwhile
+    # (a child an earlier row left, killed as row 1 cleans up): row 1 runs
+    # again in the next boot, once, even if it does the same there.
+    rows = [mutate.Row(f"row {i}", "fault", f"true {i}") for i in range(3)]
+    boots = []
+
+    class Run:
+        def __init__(self, progs):
+            self.results = {p.name: result(rc=1, output="# mutate: fault hits 0\n")
+                            for p in progs}
+
+        def problems(self, name):
+            return [f"{name} exited 1"]
+
+    def fake_run_suite(kernel, progs, outdir, **kw):
+        outdir.mkdir(parents=True, exist_ok=True)
+        if progs[0].name == "row01" or len(progs) == 3:
+            k = [p.name for p in progs].index("row01")
+            (outdir / "stopped").write_text("row01\n")
+            progs = progs[:k + 1]
+        boots.append([p.name for p in progs])
+        run = Run(progs)
+        for name in ("row00", "row01", "row02"):
+            run.results.setdefault(name, result(ran=False))
+        return run
+
+    monkeypatch.setattr(mutate.harness, "run_suite", fake_run_suite)
+    table = mutate.run(tmp_path / "kernel", rows, tmp_path / "out")
+    assert boots == [["row00", "row01"], ["row01"], ["row02"]]
+    assert [(r["verdict"], r["boot"]) for r in table] == [
+        ("failed, not reached", 1), ("failed, not reached", 2), ("failed, not reached", 3)]

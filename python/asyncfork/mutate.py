@@ -162,6 +162,7 @@ def run(kernel: Path, rows: list[Row], outdir: Path) -> list[dict]:
     todo = [(i, r) for i, r in enumerate(rows) if r.test]
     out: dict[int, dict] = {}
     boot = 0
+    retried: set[int] = set()
     while todo:
         boot += 1
         progs = [program(i, r) for i, r in todo]
@@ -184,6 +185,14 @@ def run(kernel: Path, rows: list[Row], outdir: Path) -> list[dict]:
                 continue
             result = res.results[p.name]
             v, n = verdict(result, res.problems(p.name))
+            if (k == dead and stopped.exists() and v == "failed, not reached"
+                    and i not in retried):
+                # The oops came while the row failed without reaching its
+                # hook: most likely what an earlier row left behind (a
+                # child killed as this row cleaned up).  Once more.
+                retried.add(i)
+                left.insert(0, (i, r))
+                continue
             out[i] = {"row": r.path, "hook": r.hook, "test": r.test, "verdict": v,
                       "hits": n, "boot": boot,
                       "evidence": [s.splitlines()[0] for s in res.problems(p.name)][:3]}
