@@ -228,11 +228,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutate: no row matches '{a.rows}'", file=sys.stderr)
         return 2
     started = time.time()
+    # What the run was built from: commits made while it runs are not.
+    commit, series = harness.vm.git_describe(), results.series()
     table = run(kernel, rows, BUILD / "results/mutate")
     record = {
         **results.metadata("mutate", kernels=[results.kernel(kernel)],
                            machine_info=results.machine(cpus=2, memory="4G", numa_nodes=1),
                            argv=argv, args={"rows": a.rows}, started=started),
+        "commit": commit, "series": series,
         "seconds": round(time.time() - started, 1),
         "rows": table,
         "caught": sum(r["verdict"] == "caught" for r in table),
