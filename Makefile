@@ -277,12 +277,14 @@ vm: $(if $(ARM64),arm64-root) kernel-$(KERNEL)
 # architectures (tests/test_profiles.py checks it against the scripts).  Kept:
 # the source (linux, pristine, stage, source.sum), what setup-like targets
 # fetched or made once (arm64-root, linux-config-arm64, tools: virtiofsd)
-# and $(KGIT), a tree one edits; make distclean removes them too.
+# and $(KGIT), a tree one edits; make distclean removes them too.  The
+# same goes for each other base's folder (BUILD/base-7.3).
 ARCH_BUILDS := $(PROFILES) selftests upstream-mm headers bench
 CLEAN_DIRS := $(ARCH_BUILDS) $(addprefix arm64-,$(ARCH_BUILDS)) \
 	results series-check check-kernel unpatched debs tools-deb test-deb vm
 clean:
-	rm -rf $(addprefix $(BUILD)/,$(CLEAN_DIRS)) $(BUILD)/deb-*
+	rm -rf $(addprefix $(BUILD)/,$(CLEAN_DIRS)) $(BUILD)/deb-* \
+		$(foreach b,$(filter-out 6.12,$(BASES)),$(addprefix $(BUILD_ROOT)/base-$(b)/,$(CLEAN_DIRS)))
 
 distclean:
 	rm -rf $(BUILD) .venv

@@ -85,7 +85,10 @@ KEPT = {"linux", "pristine", "pristine.done", "stage", "source.sum", "arm64-root
         "arm64-root.log", "linux-config-arm64", "tools", "kgit",
         # make base: verified downloads of a kernel base (over a GB), kept
         # as the source is; make distclean removes them.
-        "bases"}
+        "bases",
+        # Another base's build folder: make clean empties it of builds
+        # (test_make_clean_empties_another_base) and keeps its source.
+        "base-7.3"}
 DEBIAN_FLAVOURS = ("cloud-amd64", "amd64", "cloud-arm64", "arm64")
 
 
@@ -135,3 +138,14 @@ def test_make_clean_removes_every_build(tmp_path):
     left = {p.name for p in tmp_path.iterdir()}
     assert left == entries & KEPT, (f"make clean left {sorted(left - KEPT)}, "
                                     f"removed {sorted(entries & KEPT - left)}")
+
+
+def test_make_clean_empties_another_base(tmp_path):
+    # make clean removes the builds in another base's folder too and keeps
+    # that base's source and tree.
+    other = tmp_path / "base-7.3"
+    for name in ("debug", "lean", "selftests", "results", "linux", "kgit", "source.sum"):
+        (other / name).mkdir(parents=True)
+    r = run("make", "-s", "clean", f"BUILD={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in other.iterdir()) == ["kgit", "linux", "source.sum"]
