@@ -43,11 +43,9 @@ def test_every_test_case_exists():
             assert r.why_none, r
             continue
         m = re.search(r"/(fork_snapshot -r snapshot\.anon_4k\.|async_fork -t )(\w+)$", r.test)
-        if m:
-            cases = snapshot_cases if m[1].startswith("fork_snapshot") else af_cases
-            assert m[2] in cases, r
-        else:
-            assert "/upstream-mm/" in r.test, r
+        assert m, r
+        cases = snapshot_cases if m[1].startswith("fork_snapshot") else af_cases
+        assert m[2] in cases, r
 
 
 def test_callers_exist_in_the_built_kernel():

@@ -38,7 +38,6 @@ from asyncfork.paths import BUILD, RESULTS
 
 MUTATE = "/sys/kernel/debug/async_fork/mutate"
 SELFTESTS = programs.SELFTESTS
-UPSTREAM_MM = programs.UPSTREAM_MM
 
 
 @dataclass(frozen=True)
@@ -59,10 +58,6 @@ def snapshot(case: str) -> str:
 def af(case: str) -> str:
     """One case of the async_fork selftest."""
     return f"{SELFTESTS / 'async_fork'} -t {case}"
-
-
-def upstream(cmd: str) -> str:
-    return programs.async_fork(2, 1) + f"{UPSTREAM_MM}/{cmd}"
 
 
 ROWS = [
@@ -89,7 +84,7 @@ ROWS = [
     Row("mprotect (VMA)", "vma_write@mprotect_fixup", snapshot("parent_mprotect")),
     Row("MADV_FREE", "sync@madvise_free_single_vma", snapshot("parent_madv_free")),
     Row("GUP slow: /proc/pid/mem", "gup@__get_user_pages", snapshot("parent_proc_self_mem_write")),
-    Row("GUP-fast", "gup_fast", upstream("cow")),
+    Row("GUP-fast", "gup_fast", snapshot("parent_read_file")),
     Row("mremap move", "vma_write@move_vma", snapshot("parent_mremap_move")),
     Row("mremap grow", "vma_write", snapshot("parent_mremap_grow")),
     Row("mlock", "vma_write@mlock_fixup", snapshot("parent_mlock")),
@@ -101,13 +96,11 @@ ROWS = [
         af("fork_while_previous_copy_pending")),
     Row("khugepaged scan skips pending VMAs", "pending@khugepaged", "",
         "no test of its own: skipping only saves a huge page"),
-    Row("MADV_COLLAPSE", "sync@hugepage_vma_revalidate", snapshot("parent_madv_collapse")),
+    Row("MADV_COLLAPSE", "vma_write@madvise_collapse", snapshot("parent_madv_collapse")),
     Row("clear_refs", "vma_write@walk_page_range", snapshot("parent_clear_refs_soft_dirty")),
-    Row("UFFDIO_MOVE source", "sync@move_pages", upstream("uffd-unit-tests -f move")),
+    Row("UFFDIO_MOVE source", "sync@move_pages", snapshot("parent_uffdio_move")),
     Row("HMM, migrate_vma", "sync@migrate_vma_setup", "", "no device in the guest"),
     Row("the child touches its memory first (fault)", "fault@__handle_mm_fault",
-        snapshot("remote_write_into_copying_child")),
-    Row("the child touches its memory first (GUP)", "gup@__get_user_pages",
         snapshot("remote_write_into_copying_child")),
     Row("a remote change ends the child's side of a link", "vma_write",
         af("uffd_monitor_changes_child_while_copying")),

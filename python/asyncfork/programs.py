@@ -70,11 +70,13 @@ def own_programs() -> list[suite.Program]:
     fork (vm.async_fork=0) and with every fork asynchronous (2), each
     checking by /proc/vmstat that its forks went the way the run says."""
     snap = SELFTESTS / "fork_snapshot"
+    # 120 cases: about 4 minutes a run on an idle 2-core host under TCG,
+    # twice that on a loaded one.
     return [
-        suite.Program("fork_snapshot", 600,
+        suite.Program("fork_snapshot", 900,
                         async_fork(0, 1) + f"FORK_SNAPSHOT_EXPECT_ASYNC=0 {snap}"),
         # Four copy threads: the child's helpers race with every parent path.
-        suite.Program("fork_snapshot_async", 600,
+        suite.Program("fork_snapshot_async", 900,
                         async_fork(2, 4) + f"FORK_SNAPSHOT_EXPECT_ASYNC=1 {snap}"),
         suite.Program("async_fork", 900, str(SELFTESTS / "async_fork")),
     ] + stress_programs(seconds=15, redis_snapshots=1, redis_keys=20000)
