@@ -48,10 +48,11 @@
 # Variables: BUILD (default build; everything generated lands there, ignored
 # by git), ARCH (x86, the default, or arm64: kernel-*, selftests,
 # upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
-# $(BUILD)/arm64-*), KERNEL (a profile below, default debug), NATIVE (1: on
+# $(BUILD)/arm64-*), KERNEL (soak and vm: a profile below, default debug), NATIVE (1: on
 # this machine, whose kernel must have Async-fork, printing the sysctls and
-# cgroups it will change first; 0 or unset, the default: in the VM), SERVER
-# (redis or valkey), FLAVOUR (Debian's kernel flavour of
+# cgroups it will change first; 0 or unset, the default: in the VM; demo and
+# bench*), SERVER (demo, bench, bench-redis: redis or valkey; KERNEL, NATIVE
+# and SERVER on the command line of any other target are refused), FLAVOUR (Debian's kernel flavour of
 # make deb, test-deb and soak KERNEL=deb),
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command).  A target that
 # runs Python runs `asyncfork TARGET` (python -m asyncfork TARGET), whose
@@ -124,6 +125,21 @@ ifneq ($(filter-out 0 1,$(NATIVE)),)
 $(error NATIVE=$(NATIVE): 1 runs on this machine, 0 or unset in the VM)
 endif
 NATIVE_FLAG    := $(if $(filter 1,$(NATIVE)),--native,--vm)
+# KERNEL=, SERVER= and NATIVE= given on the command line to a target that
+# does not read them are refused before anything builds: ignored, they
+# would run something other than what was asked for.  (FLAVOUR= and the
+# *_ARGS variables are each named after the targets that read them.)
+KERNEL_TARGETS := soak vm
+SERVER_TARGETS := demo bench bench-redis
+NATIVE_TARGETS := demo bench bench-fork bench-redis
+define refuse_unread
+ifeq ($$(origin $(1)),command line)
+ifneq ($$(filter-out $$($(1)_TARGETS),$$(MAKECMDGOALS)),)
+$$(error make $$(filter-out $$($(1)_TARGETS),$$(MAKECMDGOALS)): $(1)= is only for: $$($(1)_TARGETS))
+endif
+endif
+endef
+$(foreach v,KERNEL SERVER NATIVE,$(eval $(call refuse_unread,$(v))))
 # A native run needs no guest kernel.  An arm64 guest on this host is
 # always a guest (the harness refuses NATIVE=1 with ARCH=arm64 too).
 GUEST_KERNEL   := $(if $(filter 1,$(NATIVE)),,kernel-lean)

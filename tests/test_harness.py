@@ -123,6 +123,54 @@ def test_6_12_only_targets_refuse_another_base(tmp_path, target):
     assert f"make {target}: 6.12 only so far, not with BASE=7.3" in err
 
 
+def make_targets() -> list[str]:
+    """Every target of the Makefile's help (its "#   make NAME" lines)."""
+    names = []
+    for line in (TOP / "Makefile").read_text().splitlines():
+        if line.startswith("#   make ") or line.startswith("#   (make "):
+            name = line.split("make ", 1)[1].split()[0]
+            names.append("kernel-debug" if name == "kernel-NAME" else name)
+    return names
+
+
+# What each variable's targets show of it in their dry run.
+READERS = {
+    "KERNEL": ("kasan", {"soak": "--kernel kasan", "vm": "/kasan -- true"}),
+    "SERVER": ("valkey", {"demo": "--server valkey", "bench": "--server valkey",
+                          "bench-redis": "--server valkey"}),
+    "NATIVE": ("1", {"demo": "--native", "bench": "--native", "bench-fork": "--native",
+                     "bench-redis": "--native"}),
+}
+
+
+def test_help_lists_the_targets():
+    targets = make_targets()
+    assert {"test", "demo", "soak", "vm", "mutate", "deb", "kernel-debug"} <= set(targets)
+    for var, (_, readers) in READERS.items():
+        assert set(readers) <= set(targets), var
+
+
+@pytest.mark.parametrize("var", sorted(READERS))
+def test_each_target_honours_or_refuses_each_variable(tmp_path, var):
+    # KERNEL=, SERVER=, NATIVE= on the command line: read (the dry run
+    # shows the value) or refused when make reads the Makefile, before any
+    # prerequisite builds.  BASE= and ARCH= have tests of their own above.
+    value, readers = READERS[var]
+    # Builds the readers need are taken as done (-o): a dry run still runs
+    # the sub-makes of prerequisites, which need a prepared tree.
+    done = [a for t in ("selftests", "bench-programs", "virtiofsd", "kernel-kasan",
+                        "kernel-lean", "kernel-debug") for a in ("-o", t)]
+    for target in make_targets():
+        p = sh("make", "-n", "--no-print-directory", *(done if target in readers else []),
+               target, f"{var}={value}", f"BUILD={tmp_path}", "CMD=true")
+        if target in readers:
+            assert p.returncode == 0, (target, p.stderr)
+            assert readers[target] in p.stdout, (target, p.stdout[-2000:])
+        else:
+            err = one_line_error(p)
+            assert f"make {target}: {var}= is only for: " in err, (target, err)
+
+
 def test_another_base_builds_in_its_own_folder(tmp_path):
     # The port's tree and kernels in BUILD/base-7.3, the fetched base in
     # BUILD/bases, the port's patches, harness patch and config.
