@@ -10,7 +10,7 @@ record, then its tables, and the plots drawn from it, named after it.
 Nothing else goes into docs/results.md, and a plot in docs/results/plots/
 that no record gives is removed: every number and figure there comes from
 a committed record.  The hand-written run logs stay in
-docs/results-history.md and docs/results/runs/, which this leaves alone.
+docs/results-history.md and docs/runs/, which this leaves alone.
 """
 
 import json
@@ -42,7 +42,7 @@ Under TCG, absolute times are emulation times: compare within one run.
 The hand-written logs of the runs before records were kept (2026-11-22 to
 2026-11-25; their JSON is lost, so nothing there can be re-plotted) are in
 [results-history.md](results-history.md), and the hand-written records of
-single runs in [results/runs/](results/runs/).
+single runs in [runs/](runs/).
 """
 
 
