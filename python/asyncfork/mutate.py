@@ -84,7 +84,7 @@ ROWS = [
     Row("mprotect (VMA)", "vma_write@mprotect_fixup", snapshot("parent_mprotect")),
     Row("MADV_FREE", "sync@madvise_free_single_vma", snapshot("parent_madv_free")),
     Row("GUP slow: /proc/pid/mem", "gup@__get_user_pages", snapshot("parent_proc_self_mem_write")),
-    Row("GUP-fast", "gup_fast", snapshot("parent_read_file")),
+    Row("GUP-fast", "gup_fast", snapshot("parent_fuse_read")),
     Row("mremap move", "vma_write@move_vma", snapshot("parent_mremap_move")),
     Row("mremap grow", "vma_write", snapshot("parent_mremap_grow")),
     Row("mlock", "vma_write@mlock_fixup", snapshot("parent_mlock")),
