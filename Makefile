@@ -48,11 +48,12 @@
 # Variables: BUILD (default build; everything generated lands there, ignored
 # by git), ARCH (x86, the default, or arm64: kernel-*, selftests,
 # upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
-# $(BUILD)/arm64-*), KERNEL (soak and vm: a profile below, default debug), NATIVE (1: on
-# this machine, whose kernel must have Async-fork, printing the sysctls and
-# cgroups it will change first; 0 or unset, the default: in the VM; demo and
-# bench*), SERVER (demo, bench, bench-redis: redis or valkey; KERNEL, NATIVE
-# and SERVER on the command line of any other target are refused), FLAVOUR (Debian's kernel flavour of
+# $(BUILD)/arm64-*), KERNEL (soak and vm: a profile below, default debug),
+# NATIVE (demo and bench*; 1: on this machine, whose kernel must have
+# Async-fork, printing the sysctls and cgroups it will change first; 0 or
+# unset, the default: in the VM), SERVER (demo, bench, bench-redis: redis
+# or valkey; KERNEL, NATIVE and SERVER on the command line of any other
+# target are refused), FLAVOUR (Debian's kernel flavour of
 # make deb, test-deb and soak KERNEL=deb),
 # SOAK_MINUTES (default 30), *_ARGS (passed to the command).  A target that
 # runs Python runs `asyncfork TARGET` (python -m asyncfork TARGET), whose
