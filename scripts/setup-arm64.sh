@@ -9,7 +9,8 @@
 #   --check  change nothing; say what is missing (exit 1 if anything is)
 #
 # On the host it changes: apt packages (gcc-aarch64-linux-gnu,
-# qemu-system-arm, mmdebstrap, qemu-user-static, binfmt-support); mounts
+# qemu-system-arm, mmdebstrap, arch-test (which mmdebstrap needs for
+# a foreign architecture), qemu-user-static, binfmt-support); mounts
 # binfmt_misc if it is not mounted and enables qemu-user-static's
 # qemu-aarch64 handler (update-binfmts --enable qemu-aarch64), so that
 # mmdebstrap can run the root's arm64 maintainer scripts.  The root is
@@ -39,7 +40,7 @@ build=${build:-${BUILD:-build}}
 root=$build/arm64-root
 
 host_packages=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu
-	       qemu-system-arm mmdebstrap qemu-user-static binfmt-support
+	       qemu-system-arm mmdebstrap arch-test qemu-user-static binfmt-support
 	       liburing-dev:arm64 libhiredis-dev:arm64 libnuma-dev:arm64
 	       gcc-arm-linux-gnueabihf libssl-dev:arm64)
 # The guest: virtme-ng's bash init for a foreign architecture (virtme-init:
