@@ -23,6 +23,7 @@
 #   make bench-fork     fork() against memory size and copy threads (NATIVE=, BENCH_FORK_ARGS=)
 #   make bench-redis    Redis snapshots across sizes, loads and copy threads (SERVER=, NATIVE=, BENCH_REDIS_ARGS=)
 #   make bench-sync     how long the parent's writes wait right after fork(), kernels side by side (BENCH_SYNC_ARGS=)
+#   make bench-tlbi     ARCH=arm64: the TLB invalidations of one fork, counted by QEMU (BENCH_TLBI_ARGS=)
 #   make bench-offcost  the series' cost unused: unpatched, =y with vm.async_fork=0, =n (OFFCOST_ARGS=)
 #   make soak           the randomized tests for SOAK_MINUTES on the debug kernel (KERNEL=kasan/kcsan/deb, SOAK_ARGS=)
 #   make mutate         each path-table row's hook turned off in the debug kernel, its test run (MUTATE_ARGS=)
@@ -84,7 +85,7 @@ export ASYNC_FORK_BASE_CONFIG := $(if $(OTHER_BASE),$(CURDIR)/kernel/ports/$(BAS
 # On another base, only the tree, the kernels, the selftests and make vm
 # so far: the other targets refuse it before building anything.
 BASE_612_TARGETS := test soak mutate baseline check-series check-kernel kernel-git export-series \
-	deb deb-config test-deb demo bench bench-fork bench-redis bench-sync bench-offcost
+	deb deb-config test-deb demo bench bench-fork bench-redis bench-sync bench-tlbi bench-offcost
 ifneq ($(OTHER_BASE),)
 ifneq ($(filter $(BASE_612_TARGETS),$(MAKECMDGOALS)),)
 $(error make $(filter $(BASE_612_TARGETS),$(MAKECMDGOALS)): 6.12 only so far, not with BASE=$(BASE) (it has make source, base, kernel-PROFILE, selftests, upstream-selftests and vm))
@@ -154,7 +155,7 @@ PROFILES := $(shell awk '{ sub(/\#.*/, "") } NF { print $$1 }' kernel/configs/pr
 KERNEL_TARGETS := $(addprefix kernel-,$(PROFILES))
 
 .PHONY: all setup arm64-root source base check $(KERNEL_TARGETS) selftests upstream-selftests \
-	test soak mutate report baseline check-series check-kernel kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-offcost bench-programs vm \
+	test soak mutate report baseline check-series check-kernel kernel-git export-series demo bench bench-fork bench-redis bench-sync bench-tlbi bench-offcost bench-programs vm \
 	deb deb-config test-deb virtiofsd tools-deb clean distclean help
 
 all: help
@@ -210,6 +211,17 @@ bench-offcost: kernel-lean kernel-off bench-programs
 
 bench-redis: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) -m asyncfork bench-redis $(NATIVE_FLAG) --server $(SERVER) $(BENCH_REDIS_ARGS)
+
+# arm64 only: QEMU counts the guest's TLBIs (bench/qemu/tlbi-count.c, a
+# plugin for the host's QEMU, built into $(BUILD)/tools).
+ifneq ($(filter bench-tlbi,$(MAKECMDGOALS)),)
+ifeq ($(ARM64),)
+$(error make bench-tlbi: ARCH=arm64 only (QEMU counts an emulated arm64 guest's TLBIs))
+endif
+endif
+bench-tlbi: arm64-root kernel-lean bench-programs
+	@$(MAKE) -s -C bench/qemu OUT=$(abspath $(BUILD))/tools
+	@$(PYTHON) -m asyncfork bench-tlbi $(BENCH_TLBI_ARGS)
 
 # Guest only: --kernels names build folders (default the lean kernel).
 bench-sync: kernel-lean bench-programs

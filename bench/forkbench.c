@@ -4,6 +4,7 @@
  * of service, and how long until its child can run.
  *
  *   forkbench --size-mb N [--thp] [--async] [--repeat R] [--touch] [--hogs H]
+ *             [--mark]
  *
  * Maps N MiB of anonymous memory (4 KiB pages, or THP with --thp), writes
  * every page, then forks R times; with --async it first asks for Async-fork
@@ -14,6 +15,11 @@
  *   child_us  time from the fork() call until the child ran its first
  *             user instruction (with Async-fork: after its page-table copy)
  *   copy_threads  vm.async_fork_copy_threads at the time (0: no such sysctl)
+ *
+ * --mark: on arm64, HINT #124 right before each fork() and HINT #125 once
+ * its child is reaped (after the touches): NOPs, but the QEMU plugin
+ * bench/qemu/tlbi-count.c counts the guest's TLB invalidations between
+ * them (make bench-tlbi).
  *
  * --touch: right after fork() the parent writes one word in each 2 MiB of
  * the heap, in a shuffled order (as a server's writes land), and times each
@@ -44,6 +50,19 @@
 #define PR_SET_ASYNC_FORK	0x41464b01
 #endif
 
+/* See --mark; nothing elsewhere than on arm64. */
+static void mark(int end)
+{
+#ifdef __aarch64__
+	if (end)
+		asm volatile("hint #125" ::: "memory");
+	else
+		asm volatile("hint #124" ::: "memory");
+#else
+	(void)end;
+#endif
+}
+
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -68,7 +87,7 @@ static long copy_threads(void)
 static void usage(const char *argv0)
 {
 	fprintf(stderr, "usage: %s --size-mb N [--thp] [--async] [--repeat R] "
-		"[--touch] [--hogs H]\n", argv0);
+		"[--touch] [--hogs H] [--mark]\n", argv0);
 	exit(2);
 }
 
@@ -121,11 +140,12 @@ int main(int argc, char **argv)
 		{ "async", no_argument, NULL, 'a' },
 		{ "touch", no_argument, NULL, 'T' },
 		{ "hogs", required_argument, NULL, 'h' },
+		{ "mark", no_argument, NULL, 'm' },
 		{ }
 	};
 	long size_mb = 0, repeat = 3, page = sysconf(_SC_PAGESIZE), threads;
 	long hogs = 0;
-	int thp = 0, async = 0, do_touch = 0, c;
+	int thp = 0, async = 0, do_touch = 0, do_mark = 0, c;
 	size_t size, off, n = 0, *order = NULL;
 	uint64_t *ns = NULL, *old = NULL;
 	pid_t *hog_pids = NULL;
@@ -151,6 +171,9 @@ int main(int argc, char **argv)
 			break;
 		case 'T':
 			do_touch = 1;
+			break;
+		case 'm':
+			do_mark = 1;
 			break;
 		case 'h':
 			hogs = strtol(optarg, &end, 10);
@@ -219,6 +242,8 @@ int main(int argc, char **argv)
 			perror("pipe");
 			return 1;
 		}
+		if (do_mark)
+			mark(0);
 		t0 = now_ns();
 		pid = fork();
 		if (pid == 0) {
@@ -243,6 +268,8 @@ int main(int argc, char **argv)
 			perror("child");
 			return 1;
 		}
+		if (do_mark)
+			mark(1);
 		if (!WIFEXITED(status) || WEXITSTATUS(status)) {
 			fprintf(stderr, "forkbench: child saw a wrong snapshot\n");
 			return 1;

@@ -29,6 +29,8 @@ VERBS = {
                     "threads (make bench-redis)"),
     "bench-sync": ("bench_sync", "main", "how long the parent's writes wait right after "
                    "fork(), kernels side by side (make bench-sync)"),
+    "bench-tlbi": ("bench_tlbi", "main", "the TLB invalidations of one fork, counted by "
+                   "QEMU, default fork and Async-fork (make bench-tlbi ARCH=arm64)"),
     "bench-offcost": ("bench_offcost", "main", "the series' cost when unused, three kernels "
                       "of one config (make bench-offcost)"),
     "snapshot": ("snapshot", "run", "one Redis/Valkey snapshot run and its RDB checks, in a "

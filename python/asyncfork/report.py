@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from asyncfork import bench_offcost, bench_sync, entry, plots, results
+from asyncfork import bench_offcost, bench_sync, bench_tlbi, entry, plots, results
 from asyncfork.paths import DOCS_RESULTS, TOP
 
 MARKDOWN = TOP / "docs/results.md"
@@ -160,6 +160,11 @@ def sync_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     return [bench_sync.table(rec["summary"]), "", bench_sync.LEGEND, ""]
 
 
+def tlbi_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
+    return [bench_tlbi.table(rec["per_fork"], rec["size_mb"], rec["pte_tables"]), "",
+            bench_tlbi.LEGEND, ""]
+
+
 def test_deb_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     lines = [f"Package `{rec['package']}` (sha256 {rec['package_sha256'][:12]}), "
              f"{'passed' if rec['passed'] else 'FAILED'}.", "",
@@ -272,6 +277,7 @@ SECTIONS = {
     "bench-redis": ("make bench-redis", bench_redis_section),
     "bench-offcost": ("make bench-offcost: what the series costs unused", offcost_section),
     "bench-sync": ("make bench-sync: the parent's writes right after fork()", sync_section),
+    "bench-tlbi": ("make bench-tlbi: the TLB invalidations of a fork (arm64)", tlbi_section),
     "soak": ("make soak", soak_section),
     "mutate": ("make mutate", mutate_section),
     "test-deb": ("make test-deb: the Debian package", test_deb_section),

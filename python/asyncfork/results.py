@@ -9,7 +9,8 @@ is a JSON object whose first keys are the metadata that metadata() builds,
 the same for every kind (schema SCHEMA):
 
   schema      SCHEMA
-  kind        demo, bench-fork, bench-redis, bench-offcost, bench-sync, soak
+  kind        demo, bench-fork, bench-redis, bench-offcost, bench-sync, bench-tlbi,
+              soak, test-deb, mutate
   commit      `git describe --always --dirty` of this repository
   series      {head: the commit's full hash, patches_sha256: a hash of every
               file under kernel/patches, dirty: uncommitted changes?}
@@ -45,8 +46,8 @@ from asyncfork import paths, vm
 from asyncfork.paths import TOP
 
 SCHEMA = 1
-KINDS = ("demo", "bench-fork", "bench-redis", "bench-offcost", "bench-sync", "soak", "test-deb",
-         "mutate")
+KINDS = ("demo", "bench-fork", "bench-redis", "bench-offcost", "bench-sync", "bench-tlbi",
+         "soak", "test-deb", "mutate")
 
 
 def file_sha256(path: Path) -> str | None:

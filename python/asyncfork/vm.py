@@ -343,7 +343,7 @@ def root_fs_args(root_fs: str) -> list[str]:
 def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         timeout: float = 600, numa_nodes: int = 1, rwdirs=(), append=(),
         log_path: Path | None = None, echo: bool | str = False,
-        root_fs: str = "9p", tcg_single: bool = False) -> VMResult:
+        root_fs: str = "9p", tcg_single: bool = False, qemu_opts=()) -> VMResult:
     """Boot `kernel` (an image or a build folder), run `command`, stop.
 
     The command runs as root with the host's root filesystem visible
@@ -356,7 +356,8 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     `tcg_single` runs all vCPUs of a TCG guest on one host thread (no
     effect under KVM): Debian's 6.12 kernels can oops with int3 at a
     static-key site under multi-threaded TCG (docs/findings/
-    distro-kernel-test-deb.md, section 1).
+    distro-kernel-test-deb.md, section 1).  `qemu_opts` go to QEMU last
+    (a later -cpu replaces an earlier one).
     """
     mem = parse_size(memory)
     avail = host_available()
@@ -392,6 +393,8 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
         args += ["--rwdir", f"{d}={d}" if foreign() else str(d)]
     for a in append:
         args += ["--append", a]
+    for o in qemu_opts:
+        args += ["--qemu-opts", o]
     # The command reaches the guest through the kernel command line, which
     # is limited to 2 KiB: pass a script on the shared root file system.
     script_dir = BUILD / "vm"
