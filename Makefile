@@ -47,18 +47,18 @@
 #   make distclean      remove $(BUILD) and .venv
 #
 # Variables: BUILD (default build; everything generated lands there, ignored
-# by git), ARCH (x86, the default, or arm64: kernel-*, selftests,
-# upstream-selftests, test, baseline and vm for an emulated arm64 guest, into
-# $(BUILD)/arm64-*), KERNEL (soak and vm: a profile below, default debug),
-# NATIVE (demo and bench*; 1: on this machine, whose kernel must have
-# Async-fork, printing the sysctls and cgroups it will change first; 0 or
-# unset, the default: in the VM), SERVER (demo, bench, bench-redis: redis
-# or valkey; KERNEL, NATIVE and SERVER on the command line of any other
-# target are refused), FLAVOUR (Debian's kernel flavour of
-# make deb, test-deb and soak KERNEL=deb),
-# SOAK_MINUTES (default 30), *_ARGS (passed to the command).  A target that
-# runs Python runs `asyncfork TARGET` (python -m asyncfork TARGET), whose
-# --help lists its arguments with their defaults.
+# by git), ARCH (x86, the default, or arm64: the guest targets for an emulated
+# arm64 guest, into $(BUILD)/arm64-*; soak, mutate, bench-offcost and
+# check-kernel refuse it, bench-tlbi needs it), KERNEL (soak and vm: a profile
+# below, default debug), NATIVE (demo and bench*; 1: on this machine, whose
+# kernel must have Async-fork, printing the sysctls and cgroups it will change
+# first; 0 or unset, the default: in the VM), SERVER (demo, bench,
+# bench-redis: redis or valkey; KERNEL, NATIVE and SERVER on the command line
+# of any other target are refused), FLAVOUR (Debian's kernel flavour of make
+# deb, test-deb and soak KERNEL=deb), SOAK_MINUTES (default 30), *_ARGS
+# (passed to the command). A target that runs Python runs `asyncfork TARGET`
+# (python -m asyncfork TARGET), whose --help lists its arguments with their
+# defaults.
 # Every run of demo, bench-*, soak writes one JSON record into $(BUILD)/results/;
 # commit one under docs/results/ and run make report to publish it.
 
@@ -114,9 +114,14 @@ endif
 ARM64          := $(filter arm64,$(GUEST_ARCH))
 ARCH_DIR       := $(if $(ARM64),arm64-)
 ARCH_CC        := $(if $(ARM64),CC=aarch64-linux-gnu-gcc)
-# Targets that are x86 only so far refuse ARCH=arm64 with this recipe line
-# (no comma in its text: $(if) would take what follows as its else part).
-X86_ONLY       = $(if $(ARM64),echo "make $@: x86 only so far (not with ARCH=arm64)" >&2; exit 2)
+# Targets that are x86 only so far refuse ARCH=arm64 when make reads the
+# Makefile, before any prerequisite builds.
+X86_ONLY_TARGETS := soak mutate bench-offcost check-kernel
+ifneq ($(ARM64),)
+ifneq ($(filter $(X86_ONLY_TARGETS),$(MAKECMDGOALS)),)
+$(error make $(filter $(X86_ONLY_TARGETS),$(MAKECMDGOALS)): x86 only so far (not with ARCH=arm64))
+endif
+endif
 # What make test runs in the guest: everything on x86; on arm64 the suite
 # boot (the project's programs, the upstream mm selftests) and the boot
 # with async_fork=off.
@@ -205,7 +210,6 @@ bench-fork: $(GUEST_KERNEL) bench-programs
 	@$(PYTHON) -m asyncfork bench-fork $(NATIVE_FLAG) $(BENCH_FORK_ARGS)
 
 bench-offcost: kernel-lean kernel-off bench-programs
-	@$(X86_ONLY)
 	@scripts/build-unpatched.sh $(BUILD) lean
 	@$(PYTHON) -m asyncfork bench-offcost $(OFFCOST_ARGS)
 
@@ -247,12 +251,10 @@ test: check $(if $(ARM64),arm64-root) kernel-debug selftests upstream-selftests 
 
 # KERNEL=deb: the package make deb built (FLAVOUR=), booted as make test-deb does.
 soak: $(if $(filter deb,$(KERNEL)),virtiofsd,kernel-$(KERNEL)) selftests
-	@$(X86_ONLY)
 	@$(PYTHON) -m asyncfork soak --kernel $(KERNEL) --flavour $(FLAVOUR) --minutes $(SOAK_MINUTES) $(SOAK_ARGS)
 
 # One boot of the debug kernel (CONFIG_ASYNC_FORK_DEBUG), about 30 min.
 mutate: kernel-debug selftests upstream-selftests
-	@$(X86_ONLY)
 	@$(PYTHON) -m asyncfork mutate $(MUTATE_ARGS)
 
 # Needs no build: only the committed records.
@@ -267,7 +269,6 @@ check-series: $(if $(ARM64),arm64-root)
 
 # The checks of scripts/check-kernel.sh (its --help); its logs go to $(BUILD)/check-kernel/
 check-kernel: source
-	@$(X86_ONLY)
 	@scripts/check-kernel.sh $(BUILD)
 
 kernel-git:
