@@ -106,8 +106,11 @@ ROWS = [
         af("uffd_monitor_changes_child_while_copying")),
     Row("a FOLL_LONGTERM pin GUP-fast completes during dup_mmap()", "longterm_pin",
         af("longterm_pin_during_fork")),
-    Row("exit of an OOM victim: the links it left end after the unmap", "finish_mm@exit_mmap",
-        af("oom_kills_parent_while_child_copies")),
+    Row("exit of an OOM victim: the links it left end in free_pgtables()",
+        "vma_write@free_pgtables", "",
+        "no hook of its own: the copy was given up and every mark removed before "
+        "the unmap (the OOM reaper's rows); free_pgtables() write-locks each VMA, "
+        "which only detaches it, and vm_area_free() warns of a link that survives"),
     Row("secure exec and memory.async_fork", "secure_exec", af("secure_exec_ignores_cgroup_opt_in")),
     Row("cpuset rebinds policies without finishing copies", "keep_copy@mpol_rebind_mm",
         af("cpuset_move_leaves_copy_pending")),
