@@ -394,7 +394,7 @@ def run(kernel, command: str, *, memory: str = "2G", cpus: int = 2,
     for a in append:
         args += ["--append", a]
     for o in qemu_opts:
-        args += ["--qemu-opts", o]
+        args.append(f"--qemu-opts={o}")
     # The command reaches the guest through the kernel command line, which
     # is limited to 2 KiB: pass a script on the shared root file system.
     script_dir = BUILD / "vm"
