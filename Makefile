@@ -269,7 +269,7 @@ check-series: $(if $(ARM64),arm64-root)
 
 # The checks of scripts/check-kernel.sh (its --help); its logs go to $(BUILD)/check-kernel/
 check-kernel: source
-	@scripts/check-kernel.sh $(BUILD)
+	@$(PYTHON) -m asyncfork check-kernel --build $(BUILD)
 
 kernel-git:
 	@scripts/kernel-git.sh $(KERNEL_TARBALL) $(KGIT)

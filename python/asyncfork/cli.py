@@ -38,6 +38,8 @@ VERBS = {
     "soak": ("soak", "main", "the randomized tests for as long as asked (make soak)"),
     "mutate": ("mutate", "main", "each path-table row's hook turned off, its test run "
                "(make mutate)"),
+    "check-kernel": ("check_kernel", "main", "the series as the kernel's build bots check "
+                     "it, then its record (make check-kernel)"),
     "test-deb": ("test_deb", "main", "boot the package make deb built, run the snapshot "
                  "tests on it (make test-deb)"),
     "deb-config": ("deb_config", "main", "a packaged kernel's .config against Debian's "

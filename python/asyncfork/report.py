@@ -188,6 +188,15 @@ def mutate_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     return lines + [""]
 
 
+def check_kernel_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
+    verdict = "Passed" if rec["passed"] else "FAILED" if rec["finished"] else "Unfinished"
+    lines = [f"{verdict}: {rec['kernel']}, {len(rec['checks'])} checks.", "",
+             "| check | verdict | new warnings |", "| --- | --- | --- |"]
+    for c in rec["checks"]:
+        lines.append(f"| {c['check']} | {c['verdict']} | {len(c['new_warnings'])} |")
+    return lines + [""]
+
+
 def soak_section(rec: dict, stem: str, plot_dir: Path) -> list[str]:
     lines = [f"{'Passed' if rec['passed'] else 'FAILED'}: {rec['failures']} failed programs, "
              f"{rec['kernel_reports']} kernel reports; forks {rec['forks']}, deferred "
@@ -281,6 +290,8 @@ SECTIONS = {
     "soak": ("make soak", soak_section),
     "mutate": ("make mutate", mutate_section),
     "test-deb": ("make test-deb: the Debian package", test_deb_section),
+    "check-kernel": ("make check-kernel: the series as the build bots check it",
+                     check_kernel_section),
 }
 
 

@@ -10,7 +10,7 @@ the same for every kind (schema SCHEMA):
 
   schema      SCHEMA
   kind        demo, bench-fork, bench-redis, bench-offcost, bench-sync, bench-tlbi,
-              soak, test-deb, mutate
+              soak, test-deb, mutate, check-kernel
   commit      `git describe --always --dirty` of this repository
   series      {head: the commit's full hash, patches_sha256: a hash of every
               file under kernel/patches, dirty: uncommitted changes?}
@@ -47,7 +47,7 @@ from asyncfork.paths import TOP
 
 SCHEMA = 1
 KINDS = ("demo", "bench-fork", "bench-redis", "bench-offcost", "bench-sync", "bench-tlbi",
-         "soak", "test-deb", "mutate")
+         "soak", "test-deb", "mutate", "check-kernel")
 
 
 def file_sha256(path: Path) -> str | None:
